@@ -1,0 +1,2 @@
+// Placeholder until the store lands (issue 4).
+namespace engram::storage {}
