@@ -1,0 +1,143 @@
+// engram-cli bench prefill|decode: tokens per second of the runtime on a real folder or a named
+// shape with random weights. Prints a line and writes JSON; never asserts a time (style rule
+// 10). For decode it also reports the HBM roofline: bandwidth / bytes read per token.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "app/cli/commands.h"
+#include "app/cli/model_loading.h"
+#include "core/engine/generator.h"
+#include "core/trace/trace_file_writer.h"
+#include "core/trace/trace_recorder.h"
+#include "gpu/device_info.h"
+#include "gpu/device_timeline.h"
+
+namespace engram::cli {
+namespace {
+
+std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(3, vocab - 1);
+  std::vector<int64_t> ids(n);
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::string utc_now() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  auto with_value = model_flags_with_value();
+  with_value.insert({"tokens", "decode-tokens", "repeat", "json", "trace", "hbm-gbps", "chunk"});
+  const Args args(argc, argv, 2, with_value, {});
+  const auto pos = args.positional();
+  if (pos.size() != 1 || (pos[0] != "prefill" && pos[0] != "decode")) {
+    throw UsageError("bench needs a mode: prefill or decode");
+  }
+  const std::string mode = pos[0];
+  const int64_t tokens = args.integer("tokens", 4096);
+  const int64_t decode_tokens = args.integer("decode-tokens", 256);
+  const int64_t repeat = std::max<int64_t>(1, args.integer("repeat", 3));
+  const double hbm_gbps = args.real("hbm-gbps", 3000.0);  // H100 measured (shared/device)
+  LoadedModel model = load_model_from_args(args, /*allow_shape=*/true);
+  const Decoder& decoder = *model.decoder;
+  const ModelConfig& c = decoder.config();
+  const std::vector<int64_t> prompt = random_ids(tokens, c.vocab_size, 7);
+  const KvCacheShape kv_shape{c.num_layers, c.num_kv_heads, c.head_dim};
+  const int64_t chunk = args.integer("chunk", tokens);
+
+  std::unique_ptr<TraceFileWriter> trace_file;
+  if (args.has("trace")) trace_file = std::make_unique<TraceFileWriter>(args.str("trace", ""));
+
+  std::vector<double> rates;
+  std::vector<double> ttfts;
+  for (int64_t run = -1; run < repeat; ++run) {  // run -1 warms up kernels and the allocator
+    const bool last = run == repeat - 1;
+    KvCache cache(kv_shape, 1, tokens + (mode == "decode" ? decode_tokens : 0), decoder.dtype(),
+                  decoder.device());
+    if (mode == "prefill") {
+      gpu::DeviceTimeline timeline(decoder.device());
+      std::unique_ptr<TraceRecorder> trace;
+      if (last && trace_file) {
+        trace = std::make_unique<TraceRecorder>(timeline, trace_file.get(), next_request_id());
+      }
+      gpu::synchronize(decoder.device());
+      const auto t0 = std::chrono::steady_clock::now();
+      const at::Tensor logits = prefill(decoder, cache, prompt, chunk, timeline, trace.get());
+      (void)logits.argmax().item<int64_t>();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (trace) trace->flush();
+      if (run >= 0) rates.push_back(tokens / s);
+    } else {
+      GenerationOptions options;
+      options.max_new_tokens = decode_tokens;
+      options.stop_at_eos = false;
+      options.prefill_chunk = chunk;
+      options.observer = last ? trace_file.get() : nullptr;
+      options.trace = last && trace_file;
+      const GenerationResult r = generate(decoder, cache, {}, prompt, options, {});
+      if (run >= 0) {
+        rates.push_back(r.decode_tokens_per_s);
+        ttfts.push_back(r.time_to_first_token_ms);
+      }
+    }
+  }
+
+  const gpu::DeviceInfo info = gpu::device_info(decoder.device());
+  nlohmann::json out;
+  out["benchmark"] = "engram-" + mode;
+  out["model"] = model.name;
+  out["device"] = info.name;
+  out["torch"] = info.torch_version;
+  out["dtype"] = c10::toString(decoder.dtype());
+  out["prompt_tokens"] = tokens;
+  out["runs"] = repeat;
+  out["tokens_per_s_runs"] = rates;
+  out["tokens_per_s"] = median(rates);
+  out["date"] = utc_now();
+  if (const char* commit = std::getenv("ENGRAM_COMMIT")) out["commit"] = commit;
+  if (mode == "decode") {
+    out["decode_tokens"] = decode_tokens;
+    out["time_to_first_token_ms"] = median(ttfts);
+    // Bytes read per decoded token: every weight but the embedding table (one row is read),
+    // plus K and V of the average context length.
+    const DecoderWeights& w = decoder.weights();
+    int64_t weight_bytes = w.bytes();
+    if (!w.lm_head.is_same(w.embed)) weight_bytes -= w.embed.numel() * w.embed.element_size();
+    const double avg_context = tokens + decode_tokens / 2.0;
+    const double kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * avg_context *
+                            static_cast<double>(at::elementSize(decoder.dtype()));
+    const double bytes_per_token = static_cast<double>(weight_bytes) + kv_bytes;
+    const double roofline = hbm_gbps * 1e9 / bytes_per_token;
+    out["bytes_per_token"] = bytes_per_token;
+    out["hbm_gbps"] = hbm_gbps;
+    out["roofline_tokens_per_s"] = roofline;
+    out["fraction_of_roofline"] = median(rates) / roofline;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  if (args.has("json")) {
+    std::ofstream f(args.str("json", ""));
+    f << out.dump(2) << '\n';
+    if (!f) throw std::runtime_error("cannot write " + args.str("json", ""));
+  }
+  return 0;
+}
+
+}  // namespace engram::cli

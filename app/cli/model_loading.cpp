@@ -1,0 +1,52 @@
+#include "app/cli/model_loading.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "core/log.h"
+
+namespace engram::cli {
+
+std::set<std::string> model_flags_with_value() {
+  return {"model", "shape", "device", "dtype", "seed", "log-level"};
+}
+
+LoadedModel load_model_from_args(const Args& args, bool allow_shape) {
+  if (args.has("log-level")) log::set_level(log::parse_level(args.str("log-level", "warn")));
+  ModelSource source;
+  if (args.has("model") == args.has("shape")) {
+    throw UsageError(allow_shape ? "give exactly one of --model DIR and --shape NAME"
+                                 : "--model DIR is required");
+  }
+  if (args.has("shape")) {
+    if (!allow_shape) throw UsageError("--shape is for `engram-cli bench` only");
+    source.shape = args.str("shape", "");
+  } else {
+    source.dir = args.str("model", "");
+  }
+  source.seed = static_cast<uint64_t>(args.integer("seed", 0));
+  const DeviceChoice device = choose_device(args.str("device", "auto"), args.str("dtype", "auto"));
+  const bool tty = isatty(STDERR_FILENO);
+  int last_percent = -1;
+  auto progress = [&](const LoadProgress& p) {
+    const int percent = p.bytes_total ? static_cast<int>(100.0 * p.bytes_done / p.bytes_total) : 100;
+    if (!tty || percent == last_percent) return;
+    last_percent = percent;
+    const int width = 30;
+    const int filled = percent * width / 100;
+    std::fprintf(stderr, "\rloading [%.*s%*s] %3d%% %.1f/%.1f MB %.1f s", filled,
+                 "##############################", width - filled, "", percent,
+                 p.bytes_done / 1e6, p.bytes_total / 1e6, p.seconds);
+    std::fflush(stderr);
+  };
+  LoadedModel m = load_model(source, device, progress);
+  if (tty && last_percent >= 0) std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "loaded %s: %lld layers, %.1f M parameters, %s %s, %.2f s\n",
+               m.name.c_str(), static_cast<long long>(m.config.num_layers),
+               m.config.parameter_count() / 1e6, device.device.str().c_str(),
+               c10::toString(device.compute_dtype), m.load_seconds);
+  return m;
+}
+
+}  // namespace engram::cli

@@ -1,0 +1,100 @@
+#include "core/engine/chat_session.h"
+
+#include "core/model/model_error.h"
+#include "core/tokenizer/stop_strings.h"
+#include "core/tokenizer/token_stream.h"
+
+namespace engram {
+
+ChatSession::ChatSession(LoadedModel& model, std::string system_prompt) : model_(model) {
+  if (!model.tokenizer || !model.chat_template) {
+    throw ModelError(model.name, "chat needs a tokenizer.model in the model folder");
+  }
+  if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
+  const ModelConfig& c = model.config;
+  cache_ = std::make_unique<KvCache>(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim}, 1,
+                                     256, model.decoder->dtype(), model.decoder->device());
+}
+
+void ChatSession::set_history(std::vector<ChatMessage> messages) {
+  messages_ = std::move(messages);
+}
+
+ChatReply ChatSession::reply(const std::string& user_text, const GenerationOptions& options,
+                             const std::function<void(const std::string&)>& on_text) {
+  messages_.push_back({"user", user_text});
+  try {
+    return generate_reply(options, on_text);
+  } catch (...) {
+    messages_.pop_back();  // a failed turn leaves the history as it was
+    throw;
+  }
+}
+
+ChatReply ChatSession::regenerate(const GenerationOptions& options,
+                                  const std::function<void(const std::string&)>& on_text) {
+  if (messages_.empty() || messages_.back().role != "assistant") {
+    throw std::logic_error("regenerate: the last message is not a reply");
+  }
+  ChatMessage dropped = messages_.back();
+  messages_.pop_back();
+  try {
+    return generate_reply(options, on_text);
+  } catch (...) {
+    messages_.push_back(std::move(dropped));
+    throw;
+  }
+}
+
+ChatReply ChatSession::generate_reply(const GenerationOptions& options,
+                                      const std::function<void(const std::string&)>& on_text) {
+  const Tokenizer& tok = *model_.tokenizer;
+  const ChatTemplate& tmpl = *model_.chat_template;
+  const std::vector<int32_t> rendered = tmpl.encode(tok, messages_, /*add_generation_prompt=*/true);
+  const std::vector<int64_t> prompt(rendered.begin(), rendered.end());
+
+  // Reuse the cached prefix; at least one token must be computed to get logits.
+  size_t common = 0;
+  while (common < cached_ids_.size() && common < prompt.size() &&
+         cached_ids_[common] == prompt[common]) {
+    ++common;
+  }
+  if (common == prompt.size()) --common;
+  cache_->truncate(0, static_cast<int64_t>(common));
+  cached_ids_.resize(common);
+
+  ChatReply reply;
+  reply.reused_tokens = static_cast<int64_t>(common);
+  TokenStream stream(tok);
+  StopStringMatcher stops(tmpl.stop_strings());
+  bool stopped = false;
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty() || stopped) return;
+    const std::string text = stops.push(piece);
+    reply.text += text;
+    if (on_text && !text.empty()) on_text(text);
+    if (stops.stopped()) stopped = true;
+  };
+  const std::vector<int64_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(common),
+                                   prompt.end());
+  reply.generation = generate(*model_.decoder, *cache_, cached_ids_, fresh, options,
+                              [&](int64_t token) {
+                                emit(stream.push(static_cast<int32_t>(token)));
+                                return !stopped;
+                              });
+  emit(stream.finish());
+  if (!stopped) {
+    const std::string rest = stops.finish();
+    reply.text += rest;
+    if (on_text && !rest.empty()) on_text(rest);
+  }
+  // The cache now holds the prompt and the generated tokens that were fed back.
+  cached_ids_ = prompt;
+  const int64_t fed = cache_->lengths()[0] - static_cast<int64_t>(prompt.size());
+  cached_ids_.insert(cached_ids_.end(), reply.generation.tokens.begin(),
+                     reply.generation.tokens.begin() + std::max<int64_t>(0, fed));
+  messages_.push_back({"assistant", reply.text});
+  return reply;
+}
+
+}  // namespace engram

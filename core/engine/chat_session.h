@@ -1,0 +1,54 @@
+// A conversation with a loaded model. The session keeps the KV cache of everything said so far,
+// so a new turn prefills only its own tokens (the cached ids are compared with the newly
+// rendered prompt and the cache is cut back to the common prefix: regenerate and edits work
+// the same way). Replies stream as text that never splits a UTF-8 character or shows a partial
+// stop string.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/engine/generator.h"
+#include "core/engine/loaded_model.h"
+
+namespace engram {
+
+struct ChatReply {
+  std::string text;
+  GenerationResult generation;
+  int64_t reused_tokens = 0;  // prompt tokens served from the session's cache
+};
+
+class ChatSession {
+ public:
+  // Throws ModelError when the model has no tokenizer or chat template.
+  explicit ChatSession(LoadedModel& model, std::string system_prompt = {});
+
+  // Adds the user's message, generates the reply, adds it to the history and returns it.
+  // `on_text` receives the reply's text as it is generated.
+  ChatReply reply(const std::string& user_text, const GenerationOptions& options,
+                  const std::function<void(const std::string&)>& on_text);
+  // Drops the last assistant reply and generates it again.
+  ChatReply regenerate(const GenerationOptions& options,
+                       const std::function<void(const std::string&)>& on_text);
+
+  // Replaces the history (e.g. a stored conversation); the cache keeps the common prefix.
+  void set_history(std::vector<ChatMessage> messages);
+  const std::vector<ChatMessage>& history() const { return messages_; }
+  const KvCache& cache() const { return *cache_; }
+  int64_t cached_tokens() const { return static_cast<int64_t>(cached_ids_.size()); }
+
+ private:
+  ChatReply generate_reply(const GenerationOptions& options,
+                           const std::function<void(const std::string&)>& on_text);
+
+  LoadedModel& model_;
+  std::vector<ChatMessage> messages_;
+  std::unique_ptr<KvCache> cache_;
+  std::vector<int64_t> cached_ids_;  // the tokens whose KV is in cache_, in order
+};
+
+}  // namespace engram

@@ -1,0 +1,57 @@
+// Generation over a KvCache: chunked prefill of the new tokens, then token-by-token decode with
+// sampling until EOS, a stop, the token limit or cancellation. Each call is one request: its
+// compute (and copy) intervals go to the observer as a layer timeline.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/kv/kv_cache.h"
+#include "core/runtime/decoder.h"
+#include "core/runtime/sampler.h"
+#include "core/trace/engine_observer.h"
+
+namespace engram {
+
+struct GenerationOptions {
+  int64_t max_new_tokens = 128;
+  SamplingOptions sampling;
+  bool stop_at_eos = true;
+  int64_t prefill_chunk = 512;  // bounds attention scratch memory on long prompts
+  EngineObserver* observer = nullptr;
+  bool trace = false;  // record layer intervals (sent to the observer)
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+struct GenerationResult {
+  std::vector<int64_t> tokens;  // generated ids (a final EOS included when it stopped there)
+  std::string stop_reason;      // "eos", "length", "stop", "cancelled"
+  int64_t prompt_tokens = 0;    // tokens prefilled by this request
+  double prefill_ms = 0;
+  double time_to_first_token_ms = 0;
+  double decode_ms = 0;
+  double decode_tokens_per_s = 0;
+};
+
+// Returns false to stop generation after this token (a stop string matched).
+using TokenFn = std::function<bool(int64_t token)>;
+
+// Next request id in this process (trace request numbers).
+int64_t next_request_id();
+
+// Appends `new_tokens` (row 0) to `cache` and generates. `history` is everything already in the
+// cache (for the repetition penalty and positions); new tokens sit at positions after it.
+GenerationResult generate(const Decoder& decoder, KvCache& cache,
+                          const std::vector<int64_t>& history,
+                          const std::vector<int64_t>& new_tokens, const GenerationOptions& options,
+                          const TokenFn& on_token);
+
+// Prefills `tokens` into row 0 of `cache` in chunks and returns the last position's logits
+// [vocab] (f32). Used by generate() and by benchmarks.
+at::Tensor prefill(const Decoder& decoder, KvCache& cache, const std::vector<int64_t>& tokens,
+                   int64_t chunk, gpu::DeviceTimeline& timeline, TraceRecorder* trace);
+
+}  // namespace engram

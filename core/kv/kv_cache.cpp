@@ -1,0 +1,155 @@
+#include "core/kv/kv_cache.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "gpu/rope_rotate.h"
+
+namespace engram {
+
+namespace {
+bool all_equal(const std::vector<int64_t>& v) {
+  return std::adjacent_find(v.begin(), v.end(), std::not_equal_to<>()) == v.end();
+}
+}  // namespace
+
+KvCache::KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::ScalarType dtype,
+                 at::Device device)
+    : shape_(shape),
+      batch_(batch),
+      capacity_(std::max<int64_t>(capacity, 1)),
+      dtype_(dtype),
+      device_(device),
+      lengths_(batch, 0) {
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  for (int64_t l = 0; l < shape.layers; ++l) {
+    keys_.push_back(at::empty({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
+    values_.push_back(at::empty({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
+  }
+  positions_ = at::full({batch, capacity_}, -1, at::TensorOptions().dtype(at::kLong).device(device));
+}
+
+int64_t KvCache::max_length() const {
+  return lengths_.empty() ? 0 : *std::max_element(lengths_.begin(), lengths_.end());
+}
+
+void KvCache::ensure_room(int64_t tokens) {
+  const int64_t need = max_length() + tokens;
+  if (need <= capacity_) return;
+  // Grow geometrically so that token-by-token decode copies O(log n) times.
+  const int64_t grown = std::max(need, capacity_ + capacity_ / 2);
+  const int64_t used = max_length();
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    for (auto* t : {&keys_[l], &values_[l]}) {
+      at::Tensor bigger = at::empty({batch_, shape_.kv_heads, grown, shape_.head_dim}, t->options());
+      bigger.narrow(2, 0, used).copy_(t->narrow(2, 0, used));
+      *t = bigger;
+    }
+  }
+  at::Tensor pos = at::full({batch_, grown}, -1, positions_.options());
+  pos.narrow(1, 0, used).copy_(positions_.narrow(1, 0, used));
+  positions_ = pos;
+  capacity_ = grown;
+}
+
+at::Tensor KvCache::write_slots(int64_t tokens) const {
+  std::vector<int64_t> slots;
+  slots.reserve(batch_ * tokens);
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t s = 0; s < tokens; ++s) slots.push_back(lengths_[b] + s);
+  }
+  return at::tensor(slots, at::kLong).view({batch_, tokens}).to(device_);
+}
+
+void KvCache::write(int64_t layer, const at::Tensor& keys, const at::Tensor& values,
+                    const at::Tensor& positions) {
+  const int64_t tokens = keys.size(2);
+  if (keys.size(0) != batch_ || max_length() + tokens > capacity_) {
+    throw std::logic_error("KvCache::write: batch mismatch or no room (call ensure_room)");
+  }
+  if (all_equal(lengths_)) {
+    const int64_t at_len = lengths_.empty() ? 0 : lengths_[0];
+    keys_[layer].narrow(2, at_len, tokens).copy_(keys);
+    values_[layer].narrow(2, at_len, tokens).copy_(values);
+    if (layer == 0) positions_.narrow(1, at_len, tokens).copy_(positions);
+    return;
+  }
+  // Ragged rows: scatter each row's tokens at its own length.
+  const at::Tensor slots = write_slots(tokens);  // [B, S]
+  const at::Tensor rows =
+      at::arange(batch_, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(1);
+  using at::indexing::Slice;
+  keys_[layer].index_put_({rows, Slice(), slots}, keys.permute({0, 2, 1, 3}));
+  values_[layer].index_put_({rows, Slice(), slots}, values.permute({0, 2, 1, 3}));
+  if (layer == 0) positions_.index_put_({rows, slots}, positions);
+}
+
+void KvCache::commit(int64_t tokens, const std::vector<std::vector<int64_t>>& positions) {
+  for (int64_t b = 0; b < batch_; ++b) {
+    for (int64_t s = 0; s < tokens; ++s) {
+      if (positions[b][s] != lengths_[b] + s) dense_ = false;
+    }
+    lengths_[b] += tokens;
+  }
+  if (!all_equal(lengths_)) dense_ = false;
+}
+
+void KvCache::copy_row_from(int64_t row, const KvCache& other, int64_t other_row) {
+  const int64_t n = other.lengths_.at(other_row);
+  lengths_.at(row) = 0;
+  ensure_room(n);
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    keys_[l][row].narrow(1, 0, n).copy_(other.keys_[l][other_row].narrow(1, 0, n));
+    values_[l][row].narrow(1, 0, n).copy_(other.values_[l][other_row].narrow(1, 0, n));
+  }
+  positions_[row].fill_(-1);
+  positions_[row].narrow(0, 0, n).copy_(other.positions_[other_row].narrow(0, 0, n));
+  lengths_[row] = n;
+  dense_ = dense_ && other.dense_ && all_equal(lengths_);
+}
+
+void KvCache::truncate(int64_t row, int64_t length) {
+  if (length > lengths_.at(row)) throw std::out_of_range("KvCache::truncate past the end");
+  positions_[row].narrow(0, length, capacity_ - length).fill_(-1);
+  lengths_[row] = length;
+  if (!all_equal(lengths_)) dense_ = false;
+}
+
+at::Tensor KvCache::keys(int64_t layer, int64_t extra) const {
+  return keys_[layer].narrow(2, 0, max_length() + extra);
+}
+at::Tensor KvCache::values(int64_t layer, int64_t extra) const {
+  return values_[layer].narrow(2, 0, max_length() + extra);
+}
+at::Tensor KvCache::positions(int64_t extra) const {
+  return positions_.narrow(1, 0, max_length() + extra);
+}
+
+void KvCache::rerotate(int64_t row, int64_t begin, int64_t end, int64_t delta,
+                       const at::Tensor& inv_freq) {
+  if (begin < 0 || end > lengths_.at(row) || begin > end) {
+    throw std::out_of_range("KvCache::rerotate: span [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") outside the row");
+  }
+  const int64_t n = end - begin;
+  if (n == 0 || delta == 0) return;
+  const at::Tensor deltas = at::full({n}, delta, at::TensorOptions().dtype(at::kLong).device(device_));
+  const at::Tensor freq = inv_freq.to(device_);
+  for (int64_t l = 0; l < shape_.layers; ++l) {
+    at::Tensor span = keys_[l][row].narrow(1, begin, n).contiguous();  // [H, n, d]
+    gpu::rope_rotate_(span, deltas, freq);
+    keys_[l][row].narrow(1, begin, n).copy_(span);
+  }
+  positions_[row].narrow(0, begin, n).add_(delta);
+  dense_ = false;
+}
+
+int64_t KvCache::bytes() const {
+  int64_t tokens = 0;
+  for (int64_t len : lengths_) tokens += len;
+  return 2 * shape_.layers * shape_.kv_heads * shape_.head_dim * tokens *
+         static_cast<int64_t>(at::elementSize(dtype_));
+}
+
+}  // namespace engram

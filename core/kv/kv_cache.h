@@ -1,0 +1,74 @@
+// Keys and values of B sequences on one device, per layer [B, kv_heads, capacity, head_dim],
+// each slot with its RoPE position (-1 when empty). Rows may have different lengths (batched
+// decode of sequences of different lengths uses padding + a position mask). Keys are stored
+// after RoPE; rerotate() moves a span to new positions without recompute.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace engram {
+
+struct KvCacheShape {
+  int64_t layers = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+class KvCache {
+ public:
+  KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::ScalarType dtype,
+          at::Device device);
+
+  // Writes S tokens of one layer into every row at the row's current length (lengths advance
+  // in commit(), after all layers have written).
+  void write(int64_t layer, const at::Tensor& keys, const at::Tensor& values,
+             const at::Tensor& positions);
+  // Advances every row by `tokens` and records whether rows stay dense (positions 0..len-1).
+  void commit(int64_t tokens, const std::vector<std::vector<int64_t>>& positions);
+  // Keeps the first `length` tokens of row `row` (rollback for regenerate).
+  void truncate(int64_t row, int64_t length);
+  // Replaces row `row` with row `other_row` of `other` (same layers and heads): a request's KV
+  // joins a batch.
+  void copy_row_from(int64_t row, const KvCache& other, int64_t other_row);
+  // Grows capacity (copying) so that `tokens` more fit in every row.
+  void ensure_room(int64_t tokens);
+
+  // Views over the first max_length() (+ pending) slots.
+  at::Tensor keys(int64_t layer, int64_t extra = 0) const;
+  at::Tensor values(int64_t layer, int64_t extra = 0) const;
+  at::Tensor positions(int64_t extra = 0) const;
+
+  // Slot index tensor [B, S] for writing S tokens at the rows' current lengths.
+  at::Tensor write_slots(int64_t tokens) const;
+
+  // Applies a RoPE position delta to row `row`'s keys in [begin, end) of every layer and shifts
+  // their recorded positions.
+  void rerotate(int64_t row, int64_t begin, int64_t end, int64_t delta, const at::Tensor& inv_freq);
+
+  const std::vector<int64_t>& lengths() const { return lengths_; }
+  int64_t max_length() const;
+  int64_t batch() const { return batch_; }
+  int64_t capacity() const { return capacity_; }
+  bool dense() const { return dense_; }
+  int64_t bytes() const;  // bytes held by valid slots
+  const KvCacheShape& shape() const { return shape_; }
+  at::Device device() const { return device_; }
+  at::ScalarType dtype() const { return dtype_; }
+
+ private:
+  KvCacheShape shape_;
+  int64_t batch_;
+  int64_t capacity_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  std::vector<at::Tensor> keys_;  // per layer [B, H, capacity, d]
+  std::vector<at::Tensor> values_;
+  at::Tensor positions_;          // [B, capacity] int64
+  std::vector<int64_t> lengths_;
+  bool dense_ = true;
+};
+
+}  // namespace engram

@@ -1,0 +1,56 @@
+// The seam between the model runtime and the memory policies (DESIGN.md, "Runtime pieces"): at
+// every layer the forward pass hands the fresh keys/values of the tokens it computes to a
+// KvSource and attends to whatever the source returns. A source may append to a cache, fuse
+// cached and fresh KV, or fetch a layer's KV from CPU memory while earlier layers compute.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace engram {
+
+namespace gpu {
+class DeviceTimeline;
+}
+class TraceRecorder;
+
+// What one forward pass computes: B rows of S fresh tokens each.
+struct ForwardContext {
+  int64_t batch = 0;
+  int64_t fresh_tokens = 0;                     // S
+  std::vector<std::vector<int64_t>> positions;  // [B][S], host copy of the RoPE positions
+  gpu::DeviceTimeline* timeline = nullptr;      // always set by the runtime
+  TraceRecorder* trace = nullptr;               // null when not tracing
+};
+
+// Fresh KV of one layer: keys after RoPE. Shapes [B, kv_heads, S, head_dim]; positions [B, S].
+struct FreshKv {
+  at::Tensor keys;
+  at::Tensor values;
+  at::Tensor positions;
+};
+
+// What the queries of one layer attend to. keys/values [B, kv_heads, T, head_dim];
+// key_positions [B, T] int64 with -1 for empty slots. A query at position p sees a key at
+// position k when 0 <= k <= p (and inside the sliding window, if any): masking is exact by
+// position, whatever order the keys are in.
+struct AttendKv {
+  at::Tensor keys;
+  at::Tensor values;
+  at::Tensor key_positions;
+  // True when every row's keys are at positions 0..T-1 in order and the queries are the last S
+  // of them: the runtime may then use a plain causal kernel instead of an explicit mask.
+  bool dense_causal = false;
+};
+
+class KvSource {
+ public:
+  virtual ~KvSource() = default;
+  virtual void begin_forward(const ForwardContext& /*ctx*/) {}
+  virtual AttendKv layer_kv(int64_t layer, const FreshKv& fresh, const ForwardContext& ctx) = 0;
+  virtual void end_forward(const ForwardContext& /*ctx*/) {}
+};
+
+}  // namespace engram

@@ -1,0 +1,112 @@
+#include "core/runtime/attention.h"
+
+#include <torch/version.h>
+
+#include <cmath>
+#include <limits>
+
+namespace engram {
+namespace {
+
+// Scores of q against k without repeating KV heads: the g query heads of a KV head become rows.
+// q [B, Hq, S, d], k [B, Hkv, T, d] -> [B, Hkv, g·S, T] (in f32 when `f32`).
+at::Tensor grouped_scores(const at::Tensor& q, const at::Tensor& k, bool f32) {
+  const int64_t b = q.size(0), hq = q.size(1), s = q.size(2), d = q.size(3);
+  const int64_t hkv = k.size(1), g = hq / hkv;
+  at::Tensor qg = q.reshape({b, hkv, g * s, d});
+  at::Tensor kt = k.transpose(-1, -2);
+  if (f32) return at::matmul(qg.to(at::kFloat), kt.to(at::kFloat));
+  return at::matmul(qg, kt);
+}
+
+// mask [B, 1, S, T] -> [B, 1, g·S, T] matching grouped_scores' rows.
+at::Tensor grouped_mask(const at::Tensor& mask, int64_t g) {
+  const int64_t b = mask.size(0), s = mask.size(2), t = mask.size(3);
+  return mask.unsqueeze(2).expand({b, 1, g, s, t}).reshape({b, 1, g * s, t});
+}
+
+at::Tensor grouped_probabilities(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask) {
+  const int64_t g = q.size(1) / k.size(1);
+  at::Tensor scores = grouped_scores(q, k, /*f32=*/true) * (1.0 / std::sqrt(double(q.size(3))));
+  if (mask.defined()) {
+    scores.masked_fill_(grouped_mask(mask, g).logical_not(),
+                        -std::numeric_limits<float>::infinity());
+  }
+  return at::softmax(scores, -1);  // [B, Hkv, g·S, T] f32
+}
+
+// The grouped path: used for decode (S small) and as the reference path on torch 1.13.
+at::Tensor grouped_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const at::Tensor& mask) {
+  const int64_t b = q.size(0), hq = q.size(1), s = q.size(2), d = q.size(3);
+  const int64_t g = hq / k.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  at::Tensor scores = grouped_scores(q, k, q.scalar_type() == at::kFloat) * scale;
+  if (mask.defined()) {
+    scores.masked_fill_(grouped_mask(mask, g).logical_not(),
+                        -std::numeric_limits<float>::infinity());
+  }
+  // Softmax in f32 as transformers' eager attention does, then back to the compute dtype.
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(v.scalar_type());
+  at::Tensor out = at::matmul(probs, v);  // [B, Hkv, g·S, d]
+  return out.reshape({b, hq, s, d});
+}
+
+#if TORCH_VERSION_MAJOR >= 2
+at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                const at::Tensor& mask, bool causal) {
+  const int64_t g = q.size(1) / k.size(1);
+#if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
+  return at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask)
+                                                                  : c10::nullopt,
+                                          0.0, causal, c10::nullopt, /*enable_gqa=*/g > 1);
+#else
+  at::Tensor ke = k.repeat_interleave(g, 1);
+  at::Tensor ve = v.repeat_interleave(g, 1);
+  return at::scaled_dot_product_attention(q, ke, ve, mask.defined() ? c10::optional<at::Tensor>(mask)
+                                                                    : c10::nullopt,
+                                          0.0, causal);
+#endif
+}
+#endif
+
+}  // namespace
+
+at::Tensor position_mask(const at::Tensor& q_positions, const at::Tensor& key_positions,
+                         std::optional<int64_t> window) {
+  at::Tensor q = q_positions.unsqueeze(2);    // [B, S, 1]
+  at::Tensor k = key_positions.unsqueeze(1);  // [B, 1, T]
+  at::Tensor mask = k.ge(0).logical_and(k.le(q));
+  if (window) mask = mask.logical_and(k.gt(q - *window));
+  return mask.unsqueeze(1);  // [B, 1, S, T]
+}
+
+at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
+                     std::optional<int64_t> window) {
+  const int64_t s = q.size(2), t = kv.keys.size(2);
+  const bool window_cuts = window && t > *window;
+  const bool dense = kv.dense_causal && !window_cuts;
+  if (dense && s == 1) {
+    return grouped_attention(q, kv.keys, kv.values, at::Tensor());  // a new token sees all keys
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  if (s > 1) {
+    if (dense && s == t) return sdpa(q, kv.keys, kv.values, at::Tensor(), /*causal=*/true);
+    return sdpa(q, kv.keys, kv.values, position_mask(q_positions, kv.key_positions, window),
+                /*causal=*/false);
+  }
+#endif
+  return grouped_attention(q, kv.keys, kv.values,
+                           position_mask(q_positions, kv.key_positions, window));
+}
+
+at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
+                                   const at::Tensor& q_row_positions,
+                                   std::optional<int64_t> window) {
+  const int64_t b = q_rows.size(0), hq = q_rows.size(1), r = q_rows.size(2);
+  at::Tensor probs = grouped_probabilities(
+      q_rows, kv.keys, position_mask(q_row_positions, kv.key_positions, window));
+  return probs.reshape({b, hq, r, kv.keys.size(2)});
+}
+
+}  // namespace engram

@@ -1,0 +1,30 @@
+// Scaled dot-product attention over what a KvSource returns, with masking exact by position
+// and grouped-query attention without copying KV heads where it can. On torch 2.x prefill uses
+// SDPA (flash / memory-efficient kernels); torch 1.13 and decode use a grouped matmul path.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+
+#include "core/kv/kv_source.h"
+
+namespace engram {
+
+// true where a query at q_positions[b, s] may attend the key at key_positions[b, t]:
+// 0 <= key <= query, and key > query - window when a sliding window is set. [B, 1, S, T].
+at::Tensor position_mask(const at::Tensor& q_positions, const at::Tensor& key_positions,
+                         std::optional<int64_t> window);
+
+// q: [B, Hq, S, d] after RoPE; returns [B, Hq, S, d] in q's dtype.
+at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
+                     std::optional<int64_t> window);
+
+// Softmax probabilities of the given query rows against every key, f32 [B, Hq, R, T].
+// Flash/SDPA kernels do not return probabilities; importance scoring needs them for a few rows
+// only, so they are recomputed here for those rows (O(R·T), not O(S·T)).
+at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
+                                   const at::Tensor& q_row_positions,
+                                   std::optional<int64_t> window);
+
+}  // namespace engram

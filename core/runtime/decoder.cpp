@@ -1,0 +1,137 @@
+#include "core/runtime/decoder.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "core/runtime/attention.h"
+#include "core/trace/trace_recorder.h"
+
+namespace engram {
+namespace {
+
+at::Tensor to_device_ids(const std::vector<std::vector<int64_t>>& rows, at::Device device) {
+  const int64_t b = static_cast<int64_t>(rows.size());
+  const int64_t s = b ? static_cast<int64_t>(rows[0].size()) : 0;
+  std::vector<int64_t> flat;
+  flat.reserve(b * s);
+  for (const auto& r : rows) {
+    if (static_cast<int64_t>(r.size()) != s) {
+      throw std::invalid_argument("forward: every row must have the same number of tokens");
+    }
+    flat.insert(flat.end(), r.begin(), r.end());
+  }
+  return at::tensor(flat, at::kLong).view({b, s}).to(device);
+}
+
+}  // namespace
+
+Decoder::Decoder(ModelConfig config, DecoderWeights weights, at::Device device,
+                 at::ScalarType dtype)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      device_(device),
+      dtype_(dtype),
+      rope_(config_, device) {}
+
+at::Tensor Decoder::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+  // As transformers' LlamaRMSNorm: normalise in f32, cast back, then scale.
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
+  return weight * normed.to(x.scalar_type());
+}
+
+ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
+                               gpu::DeviceTimeline& timeline, TraceRecorder* trace) const {
+  const ModelConfig& c = config_;
+  const int64_t b = static_cast<int64_t>(req.tokens.size());
+  const int64_t s = b ? static_cast<int64_t>(req.tokens[0].size()) : 0;
+  if (b == 0 || s == 0) throw std::invalid_argument("forward: no tokens");
+  if (req.positions.size() != req.tokens.size()) {
+    throw std::invalid_argument("forward: positions and tokens differ in rows");
+  }
+  for (const auto& row : req.positions) {
+    for (int64_t p : row) {
+      if (p < 0 || p >= c.max_positions) {
+        throw std::out_of_range("position " + std::to_string(p) +
+                                " is past the model's maximum of " +
+                                std::to_string(c.max_positions) + " positions");
+      }
+    }
+  }
+  for (const auto& row : req.tokens) {
+    for (int64_t t : row) {
+      if (t < 0 || t >= c.vocab_size) {
+        throw std::out_of_range("token id " + std::to_string(t) + " outside the vocabulary of " +
+                                std::to_string(c.vocab_size));
+      }
+    }
+  }
+
+  ForwardContext ctx;
+  ctx.batch = b;
+  ctx.fresh_tokens = s;
+  ctx.positions = req.positions;
+  ctx.timeline = &timeline;
+  ctx.trace = trace;
+
+  const at::Tensor ids = to_device_ids(req.tokens, device_);
+  const at::Tensor positions = to_device_ids(req.positions, device_);
+  auto [cos, sin] = rope_.cos_sin(positions, dtype_);
+  at::Tensor probe_index;
+  at::Tensor probe_positions;
+  if (!req.probe_rows.empty()) {
+    probe_index = at::tensor(req.probe_rows, at::kLong).to(device_);
+    probe_positions = positions.index_select(1, probe_index);
+  }
+  const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim;
+
+  source.begin_forward(ctx);
+  at::Tensor h = weights_.embed.index_select(0, ids.view({-1})).view({b, s, c.hidden_size});
+  for (int64_t li = 0; li < c.num_layers; ++li) {
+    const LayerWeights& w = weights_.layers[li];
+    TraceRecorder::Open open;
+    if (trace) open = trace->begin(li, TraceLane::kCompute, "layer");
+
+    at::Tensor x = rms_norm(h, w.input_norm);
+    at::Tensor qkv = w.qkv_bias.defined() ? at::linear(x, w.qkv_proj, w.qkv_bias)
+                                          : at::linear(x, w.qkv_proj);
+    at::Tensor q = qkv.narrow(-1, 0, hq * hd).view({b, s, hq, hd}).transpose(1, 2);
+    at::Tensor k = qkv.narrow(-1, hq * hd, hkv * hd).view({b, s, hkv, hd}).transpose(1, 2);
+    at::Tensor v = qkv.narrow(-1, (hq + hkv) * hd, hkv * hd).view({b, s, hkv, hd}).transpose(1, 2);
+    if (w.q_norm.defined()) {
+      q = rms_norm(q, w.q_norm);
+      k = rms_norm(k, w.k_norm);
+    }
+    q = Rope::apply(q, cos, sin);
+    k = Rope::apply(k, cos, sin);
+
+    FreshKv fresh{k, v.contiguous(), positions};
+    const AttendKv kv = source.layer_kv(li, fresh, ctx);
+    at::Tensor attn = attention(q, kv, positions, c.sliding_window);
+    if (req.on_probs && probe_index.defined()) {
+      req.on_probs(li, attention_probabilities(q.index_select(2, probe_index), kv,
+                                               probe_positions, c.sliding_window));
+    }
+    h = h + at::linear(attn.transpose(1, 2).reshape({b, s, hq * hd}), w.o_proj);
+
+    x = rms_norm(h, w.post_norm);
+    at::Tensor gate_up = at::linear(x, w.gate_up_proj);
+    const int64_t inter = c.intermediate_size;
+    h = h + at::linear(at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter),
+                       w.down_proj);
+    if (trace) trace->end(open, b * s);
+  }
+  source.end_forward(ctx);
+
+  TraceRecorder::Open head;
+  if (trace) head = trace->begin(-1, TraceLane::kCompute, "lm_head");
+  at::Tensor normed = rms_norm(h, weights_.final_norm);
+  at::Tensor last = req.all_logits ? normed : normed.narrow(1, s - 1, 1);
+  ForwardResult result;
+  result.logits = at::linear(last, weights_.lm_head).to(at::kFloat);
+  if (req.final_hidden) result.hidden = normed;
+  if (trace) trace->end(head, b * (req.all_logits ? s : 1));
+  return result;
+}
+
+}  // namespace engram

@@ -1,0 +1,116 @@
+#include "gpu/device_timeline.h"
+
+#ifdef ENGRAM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <optional>
+
+namespace engram::gpu {
+
+struct DeviceTimeline::Impl {
+  std::vector<std::chrono::steady_clock::time_point> cpu_marks;
+#ifdef ENGRAM_WITH_CUDA
+  std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events;
+  std::optional<c10::cuda::CUDAStream> copy_stream;
+#endif
+};
+
+DeviceTimeline::DeviceTimeline(at::Device device)
+    : device_(device), impl_(std::make_unique<Impl>()), origin_(std::chrono::system_clock::now()) {
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) {
+    impl_->copy_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  }
+#endif
+}
+
+DeviceTimeline::~DeviceTimeline() = default;
+
+int64_t DeviceTimeline::mark(Lane lane) {
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) {
+    auto event = std::make_unique<at::cuda::CUDAEvent>(cudaEventDefault);
+    if (lane == Lane::kCopy) {
+      event->record(*impl_->copy_stream);
+    } else {
+      event->record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    }
+    if (impl_->events.empty()) origin_ = std::chrono::system_clock::now();
+    impl_->events.push_back(std::move(event));
+    return static_cast<int64_t>(impl_->events.size()) - 1;
+  }
+#endif
+  (void)lane;
+  if (impl_->cpu_marks.empty()) origin_ = std::chrono::system_clock::now();
+  impl_->cpu_marks.push_back(std::chrono::steady_clock::now());
+  return static_cast<int64_t>(impl_->cpu_marks.size()) - 1;
+}
+
+std::vector<double> DeviceTimeline::resolve_us() {
+  std::vector<double> out;
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) {
+    if (impl_->events.empty()) return out;
+    impl_->events.back()->synchronize();
+    for (auto& e : impl_->events) e->synchronize();
+    for (auto& e : impl_->events) {
+      out.push_back(1000.0 * impl_->events.front()->elapsed_time(*e));
+    }
+    return out;
+  }
+#endif
+  if (impl_->cpu_marks.empty()) return out;
+  for (auto t : impl_->cpu_marks) {
+    out.push_back(std::chrono::duration<double, std::micro>(t - impl_->cpu_marks.front()).count());
+  }
+  return out;
+}
+
+int64_t DeviceTimeline::copy_async(at::Tensor& dst, const at::Tensor& src) {
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) {
+    {
+      // The destination was allocated on the compute stream and may reuse memory that earlier
+      // compute still reads: the copy starts only once the compute enqueued so far is done.
+      at::cuda::CUDAEvent compute_point;
+      compute_point.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+      compute_point.block(*impl_->copy_stream);
+      c10::cuda::CUDAStreamGuard guard(*impl_->copy_stream);
+      dst.copy_(src, /*non_blocking=*/src.is_pinned());
+      // The destination is used on the compute stream later: keep its memory from being reused
+      // by the caching allocator before the copy has finished.
+      dst.record_stream(*impl_->copy_stream);
+    }
+    return mark(Lane::kCopy);
+  }
+#endif
+  dst.copy_(src);
+  return mark(Lane::kCopy);
+}
+
+void DeviceTimeline::compute_wait(int64_t copy_mark) {
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) {
+    impl_->events.at(copy_mark)->block(c10::cuda::getCurrentCUDAStream(device_.index()));
+  }
+#endif
+  (void)copy_mark;
+}
+
+bool pinned_memory_available() {
+#ifdef ENGRAM_WITH_CUDA
+  return at::hasCUDA();
+#else
+  return false;
+#endif
+}
+
+at::Tensor empty_pinned(at::IntArrayRef shape, at::ScalarType dtype) {
+  return at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pinned_memory_available()));
+}
+
+}  // namespace engram::gpu

@@ -1,0 +1,52 @@
+// Marks on a device's timeline and a copy stream, with one API for CUDA and the CPU.
+// On CUDA a mark is an event recorded on the compute or the copy stream (so the layer timeline
+// shows what the GPU did, not when the host enqueued it); on the CPU it is a steady_clock reading.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace engram::gpu {
+
+enum class Lane : uint8_t { kCompute, kCopy };
+
+class DeviceTimeline {
+ public:
+  explicit DeviceTimeline(at::Device device);
+  ~DeviceTimeline();
+  DeviceTimeline(const DeviceTimeline&) = delete;
+  DeviceTimeline& operator=(const DeviceTimeline&) = delete;
+
+  // Records a mark on the lane's stream; returns its id.
+  int64_t mark(Lane lane);
+  // Waits for every mark and returns each one's time in microseconds since the first mark.
+  std::vector<double> resolve_us();
+  // Wall-clock time of the first mark (for absolute timestamps in traces).
+  std::chrono::system_clock::time_point origin() const { return origin_; }
+  bool is_cuda() const { return device_.is_cuda(); }
+  at::Device device() const { return device_; }
+
+  // The copy lane: host→device copies issued here overlap compute on CUDA. On the CPU they run
+  // at once. `dst` must be on the device, `src` in (pinned) host memory. Returns the id of a
+  // copy-lane mark recorded after the copy.
+  int64_t copy_async(at::Tensor& dst, const at::Tensor& src);
+  // Makes the compute stream wait until the copy-lane mark `copy_mark` has been reached.
+  void compute_wait(int64_t copy_mark);
+
+ private:
+  struct Impl;
+  at::Device device_;
+  std::unique_ptr<Impl> impl_;
+  std::chrono::system_clock::time_point origin_;
+};
+
+// Page-locked host memory when CUDA is available (copies from it can be asynchronous), ordinary
+// memory otherwise.
+at::Tensor empty_pinned(at::IntArrayRef shape, at::ScalarType dtype);
+bool pinned_memory_available();
+
+}  // namespace engram::gpu

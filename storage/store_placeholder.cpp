@@ -1,2 +1,0 @@
-// Placeholder until the store lands (issue 4).
-namespace engram::storage {}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what Engram needs to build and test on Debian 12 (run as root, or with sudo present).
+set -euo pipefail
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev                     # the model runtime (libtorch 1.13, CPU)
+  libsentencepiece-dev             # tokenizer
+  libsqlite3-dev                   # persistent memory store
+  libspdlog-dev                    # logging (behind core/log.h)
+  nlohmann-json3-dev               # config.json, safetensors headers, traces
+  qt6-base-dev qt6-base-dev-tools qt6-charts-dev libgl-dev   # the desktop app and Qt Test
+  xvfb xauth                       # screenshots of the real window in tests/ui scripts
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}"
+fi
