@@ -1,0 +1,301 @@
+// What each template matches:
+//
+// Llama-2: Meta's reference `chat_completion` (llama/generation.py) and HF's Llama-2 chat template
+// tokenized by LlamaTokenizer. Both give, per exchange, BOS + SentencePiece("[INST] {user} [/INST]
+// {assistant} ") + EOS: the text between two special tokens is one SentencePiece call with its
+// dummy "▁" (so "[INST]" is ▁[ INST ] = 518 25580 29962 after BOS, and the space before </s>
+// is the lone piece ▁ = 29871); user and assistant contents are strip()ped; the system prompt is
+// folded into the first user turn as "<<SYS>>\n{system}\n<</SYS>>\n\n". Older transformers
+// releases stripped the space before </s>; we follow Meta's reference there.
+//
+// ChatML: text between special ids is encoded with SentencePiece's dummy prefix, as llama.cpp and
+// the legacy LlamaTokenizer do for SentencePiece models; BOS is prepended when the vocabulary has
+// one (llama.cpp does for these models; HF's ChatML templates leave it out).
+//
+// Plain: our own format for small models without chat tokens. Each reply ends "\n\n" + EOS, so
+// every turn after BOS or EOS starts with the same "▁###" piece.
+#include "core/tokenizer/chat_template.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+
+#include "core/model/model_error.h"
+#include "core/tokenizer/tokenizer.h"
+
+namespace engram {
+
+namespace {
+
+constexpr std::string_view kImStart = "<|im_start|>";
+constexpr std::string_view kImEnd = "<|im_end|>";
+
+// One piece of a rendered conversation: text to encode, BOS/EOS, or a named special piece that is
+// a single id when the vocabulary has it and text otherwise.
+struct Part {
+  enum class Type { kText, kBos, kEos, kPiece };
+  Type type;
+  std::string text;
+};
+
+Part text_part(std::string text) {
+  return {Part::Type::kText, std::move(text)};
+}
+Part bos_part() {
+  return {Part::Type::kBos, "<s>"};
+}
+Part eos_part() {
+  return {Part::Type::kEos, "</s>"};
+}
+Part piece_part(std::string_view piece) {
+  return {Part::Type::kPiece, std::string(piece)};
+}
+
+// Python's str.strip() on ASCII whitespace, as the HF Llama-2 template applies it.
+std::string strip(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t begin = s.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) return {};
+  const size_t end = s.find_last_not_of(kSpace);
+  return std::string(s.substr(begin, end - begin + 1));
+}
+
+enum class Role { kSystem, kUser, kAssistant };
+
+Role role_of(const ChatMessage& message) {
+  if (message.role == "system") return Role::kSystem;
+  if (message.role == "user") return Role::kUser;
+  if (message.role == "assistant") return Role::kAssistant;
+  throw std::invalid_argument("chat message role '" + message.role +
+                              "' is not one of system, user, assistant");
+}
+
+std::vector<Part> llama2_parts(const std::vector<ChatMessage>& messages) {
+  std::vector<Part> parts;
+  std::optional<std::string> system;
+  bool expect_user = true;
+  for (const auto& message : messages) {
+    switch (role_of(message)) {
+      case Role::kSystem:
+        system = system ? *system + "\n\n" + message.content : message.content;
+        break;
+      case Role::kUser: {
+        if (!expect_user) {
+          throw std::invalid_argument(
+              "Llama-2 chat: two user turns in a row (roles must alternate)");
+        }
+        std::string content = message.content;
+        if (system) content = "<<SYS>>\n" + *system + "\n<</SYS>>\n\n" + content;
+        system.reset();
+        parts.push_back(bos_part());
+        parts.push_back(text_part("[INST] " + strip(content) + " [/INST]"));
+        expect_user = false;
+        break;
+      }
+      case Role::kAssistant:
+        if (expect_user) {
+          throw std::invalid_argument(
+              "Llama-2 chat: an assistant turn without a user turn before it");
+        }
+        parts.push_back(text_part(" " + strip(message.content) + " "));
+        parts.push_back(eos_part());
+        expect_user = true;
+        break;
+    }
+  }
+  // A system prompt with no user turn yet (e.g. prefilling the shared system prefix): the text a
+  // later user turn will start with, unstripped so that it stays a prefix of that turn.
+  if (system) {
+    parts.push_back(bos_part());
+    parts.push_back(text_part("[INST] <<SYS>>\n" + *system + "\n<</SYS>>\n\n"));
+  }
+  // The generation prompt is the "[/INST]" that already ends a user turn.
+  return parts;
+}
+
+std::vector<Part> chatml_parts(const std::vector<ChatMessage>& messages,
+                               bool add_generation_prompt) {
+  std::vector<Part> parts{bos_part()};
+  for (const auto& message : messages) {
+    role_of(message);
+    parts.push_back(piece_part(kImStart));
+    parts.push_back(text_part(message.role + "\n" + message.content));
+    parts.push_back(piece_part(kImEnd));
+    parts.push_back(text_part("\n"));
+  }
+  if (add_generation_prompt) {
+    parts.push_back(piece_part(kImStart));
+    parts.push_back(text_part("assistant\n"));
+  }
+  return parts;
+}
+
+std::vector<Part> plain_parts(const std::vector<ChatMessage>& messages,
+                              bool add_generation_prompt) {
+  std::vector<Part> parts{bos_part()};
+  for (const auto& message : messages) {
+    switch (role_of(message)) {
+      case Role::kSystem:
+        parts.push_back(text_part("### System:\n" + message.content + "\n\n"));
+        break;
+      case Role::kUser:
+        parts.push_back(text_part("### User:\n" + message.content + "\n\n"));
+        break;
+      case Role::kAssistant:
+        parts.push_back(text_part("### Assistant:\n" + message.content + "\n\n"));
+        parts.push_back(eos_part());
+        break;
+    }
+  }
+  if (add_generation_prompt) parts.push_back(text_part("### Assistant:\n"));
+  return parts;
+}
+
+std::vector<Part> parts_for(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
+                            bool add_generation_prompt) {
+  switch (kind) {
+    case ChatTemplateKind::kLlama2:
+      return llama2_parts(messages);
+    case ChatTemplateKind::kChatML:
+      return chatml_parts(messages, add_generation_prompt);
+    case ChatTemplateKind::kPlain:
+      return plain_parts(messages, add_generation_prompt);
+  }
+  throw std::logic_error("unknown ChatTemplateKind");
+}
+
+std::optional<nlohmann::json> read_json(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) return std::nullopt;
+  std::ifstream in(file);
+  if (!in) throw ModelError(file.string(), "cannot be opened for reading");
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw ModelError(file.string(), std::string("is not valid JSON: ") + e.what());
+  }
+}
+
+// tokenizer_config.json's chat_template: a string, or a list of {name, template} (HF allows both).
+std::string chat_template_source(const nlohmann::json& config) {
+  const auto it = config.find("chat_template");
+  if (it == config.end()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array()) {
+    std::string first;
+    for (const auto& entry : *it) {
+      if (!entry.is_object() || !entry.contains("template") || !entry["template"].is_string()) {
+        continue;
+      }
+      const auto name = entry.find("name");
+      const std::string source = entry["template"].get<std::string>();
+      if (name != entry.end() && name->is_string() && *name == "default") return source;
+      if (first.empty()) first = source;
+    }
+    return first;
+  }
+  return {};
+}
+
+}  // namespace
+
+ChatTemplateKind parse_chat_template_kind(std::string_view name) {
+  if (name == "llama2") return ChatTemplateKind::kLlama2;
+  if (name == "chatml") return ChatTemplateKind::kChatML;
+  if (name == "plain") return ChatTemplateKind::kPlain;
+  throw std::invalid_argument("chat template '" + std::string(name) +
+                              "' is not one of llama2, chatml, plain");
+}
+
+std::string_view chat_template_kind_name(ChatTemplateKind kind) {
+  switch (kind) {
+    case ChatTemplateKind::kLlama2:
+      return "llama2";
+    case ChatTemplateKind::kChatML:
+      return "chatml";
+    case ChatTemplateKind::kPlain:
+      return "plain";
+  }
+  return "unknown";
+}
+
+std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
+                                          const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt) const {
+  std::vector<int32_t> ids;
+  std::string text;  // adjacent text parts are one SentencePiece call
+  auto flush = [&] {
+    if (text.empty()) return;
+    const auto encoded = tokenizer.encode(text);
+    ids.insert(ids.end(), encoded.begin(), encoded.end());
+    text.clear();
+  };
+  for (const auto& part : parts_for(kind_, messages, add_generation_prompt)) {
+    int32_t id = -1;
+    switch (part.type) {
+      case Part::Type::kText:
+        break;
+      case Part::Type::kBos:
+        id = tokenizer.bos_id();
+        if (id < 0) continue;
+        break;
+      case Part::Type::kEos:
+        id = tokenizer.eos_id();
+        if (id < 0) continue;
+        break;
+      case Part::Type::kPiece:
+        id = tokenizer.piece_to_id(part.text);
+        break;
+    }
+    if (id < 0) {
+      text += part.text;
+    } else {
+      flush();
+      ids.push_back(id);
+    }
+  }
+  flush();
+  return ids;
+}
+
+std::string ChatTemplate::render_text(const std::vector<ChatMessage>& messages,
+                                      bool add_generation_prompt) const {
+  std::string text;
+  for (const auto& part : parts_for(kind_, messages, add_generation_prompt))
+    text += part.text;
+  return text;
+}
+
+std::vector<std::string> ChatTemplate::stop_strings() const {
+  switch (kind_) {
+    case ChatTemplateKind::kLlama2:
+      return {};  // replies end with EOS
+    case ChatTemplateKind::kChatML:
+      return {std::string(kImEnd), std::string(kImStart)};
+    case ChatTemplateKind::kPlain:
+      return {"### User:", "### System:"};
+  }
+  return {};
+}
+
+ChatTemplateKind ChatTemplate::detect(const std::filesystem::path& model_dir,
+                                      const Tokenizer& tokenizer) {
+  if (const auto config = read_json(model_dir / "tokenizer_config.json")) {
+    const std::string source = chat_template_source(*config);
+    if (source.find(kImStart) != std::string::npos) return ChatTemplateKind::kChatML;
+    if (source.find("[INST]") != std::string::npos) return ChatTemplateKind::kLlama2;
+  }
+  if (tokenizer.piece_to_id(kImStart) >= 0) return ChatTemplateKind::kChatML;
+  if (const auto config = read_json(model_dir / "config.json")) {
+    std::string type;
+    const auto it = config->find("model_type");
+    if (it != config->end() && it->is_string()) type = it->get<std::string>();
+    if ((type == "llama" || type == "mistral") && tokenizer.vocab_size() == 32000) {
+      return ChatTemplateKind::kLlama2;
+    }
+  }
+  return ChatTemplateKind::kPlain;
+}
+
+}  // namespace engram

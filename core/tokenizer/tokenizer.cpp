@@ -1,0 +1,116 @@
+#include "core/tokenizer/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <stdexcept>
+#include <system_error>
+
+#include "core/model/model_error.h"
+
+namespace engram {
+
+Tokenizer::Tokenizer(std::filesystem::path model_file,
+                     std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
+    : model_file_(std::move(model_file)), processor_(std::move(processor)) {}
+
+Tokenizer::~Tokenizer() = default;
+
+std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& model_file) {
+  const std::string name = model_file.string();
+  std::error_code ec;
+  if (!std::filesystem::exists(model_file, ec)) {
+    throw ModelError(name, "tokenizer model not found (expected a SentencePiece tokenizer.model)");
+  }
+  if (!std::filesystem::is_regular_file(model_file, ec)) {
+    throw ModelError(name, "tokenizer model is not a regular file");
+  }
+  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  const auto status = processor->Load(name);
+  if (!status.ok()) {
+    throw ModelError(
+        name, "not a valid SentencePiece model (corrupt or another format): " + status.ToString());
+  }
+  if (processor->GetPieceSize() <= 0) {
+    throw ModelError(name, "SentencePiece model has an empty vocabulary");
+  }
+  return std::unique_ptr<Tokenizer>(new Tokenizer(model_file, std::move(processor)));
+}
+
+void Tokenizer::check_id(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw std::out_of_range("token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(vocab_size()) + ") of " + model_file_.string());
+  }
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int> ids;
+  const auto status = processor_->Encode(text, &ids);
+  if (!status.ok()) {
+    throw std::runtime_error("SentencePiece could not encode text: " + status.ToString());
+  }
+  return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::vector<int> checked_ids;
+  checked_ids.reserve(ids.size());
+  for (const int32_t id : ids) {
+    check_id(id);
+    checked_ids.push_back(id);
+  }
+  std::string text;
+  const auto status = processor_->Decode(checked_ids, &text);
+  if (!status.ok()) {
+    throw std::runtime_error("SentencePiece could not decode ids: " + status.ToString());
+  }
+  return text;
+}
+
+std::string Tokenizer::id_to_piece(int32_t id) const {
+  check_id(id);
+  return processor_->IdToPiece(id);
+}
+
+int32_t Tokenizer::piece_to_id(std::string_view piece) const {
+  const int id = processor_->PieceToId(piece);
+  // SentencePiece maps every unknown piece to unk_id; only "<unk>" itself really is that id.
+  if (id == processor_->unk_id() && processor_->IdToPiece(id) != piece) return -1;
+  return id;
+}
+
+int32_t Tokenizer::vocab_size() const {
+  return processor_->GetPieceSize();
+}
+int32_t Tokenizer::bos_id() const {
+  return processor_->bos_id();
+}
+int32_t Tokenizer::eos_id() const {
+  return processor_->eos_id();
+}
+int32_t Tokenizer::unk_id() const {
+  return processor_->unk_id();
+}
+int32_t Tokenizer::pad_id() const {
+  return processor_->pad_id();
+}
+
+bool Tokenizer::is_control(int32_t id) const {
+  check_id(id);
+  return processor_->IsControl(id);
+}
+
+bool Tokenizer::is_byte(int32_t id) const {
+  check_id(id);
+  return processor_->IsByte(id);
+}
+
+int Tokenizer::byte_value(int32_t id) const {
+  if (!is_byte(id)) return -1;
+  // The SentencePiece trainer spells byte pieces "<0xAB>".
+  const std::string& piece = processor_->IdToPiece(id);
+  if (piece.size() != 6 || piece.compare(0, 3, "<0x") != 0 || piece[5] != '>') return -1;
+  return std::stoi(piece.substr(3, 2), nullptr, 16);
+}
+
+}  // namespace engram

@@ -1,2 +1,0 @@
-// Placeholder until the tokenizer lands.
-namespace engram {}
