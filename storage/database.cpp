@@ -1,6 +1,8 @@
 #include "storage/database.h"
 
 #include <sqlite3.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
 #include <cstring>
@@ -22,6 +24,26 @@ namespace {
 // or WAL recovery by another connection, which take milliseconds. Five seconds absorbs a slow
 // disk without letting a real deadlock hang the UI forever.
 constexpr int kBusyTimeoutMs = 5000;
+
+// Why writes under `dir` may fail for lack of space, or an empty string: a finite file size
+// limit on this process, or less than kLowSpaceBytes free on the filesystem.
+std::string out_of_space_reason(const std::filesystem::path& dir) {
+  constexpr unsigned long long kLowSpaceBytes = 16ULL << 20;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    return "the process file size limit (RLIMIT_FSIZE) is " + std::to_string(limit.rlim_cur) +
+           " bytes";
+  }
+  struct statvfs fs {};
+  if (statvfs(dir.c_str(), &fs) == 0) {
+    const unsigned long long free_bytes =
+        static_cast<unsigned long long>(fs.f_bavail) * fs.f_frsize;
+    if (free_bytes < kLowSpaceBytes) {
+      return "the disk is full (" + std::to_string(free_bytes) + " bytes free)";
+    }
+  }
+  return {};
+}
 
 std::int64_t pragma_int(Database& db, const std::string& pragma) {
   Statement statement(db, "PRAGMA " + pragma);
@@ -146,10 +168,15 @@ void Database::exec(const std::string& sql, const std::string& unit) {
 
 std::vector<std::string> Database::integrity_problems() {
   std::vector<std::string> problems;
-  Statement check(*this, "PRAGMA integrity_check", "integrity check");
-  while (check.step()) {
-    std::string line = check.text(0);
-    if (line != "ok") problems.push_back(std::move(line));
+  try {
+    Statement check(*this, "PRAGMA integrity_check", "integrity check");
+    while (check.step()) {
+      std::string line = check.text(0);
+      if (line != "ok") problems.push_back(std::move(line));
+    }
+  } catch (const DatabaseCorrupt& e) {
+    // Damage bad enough to stop the check itself is one more problem to report, not a throw.
+    problems.push_back(e.what());
   }
   return problems;
 }
@@ -180,10 +207,17 @@ void Database::fail(int rc, const std::string& unit, const std::string& action) 
     case SQLITE_FULL:
       throw StorageFull(file, unit, detail + "; the disk is full, nothing was saved");
     case SQLITE_IOERR:
-      // SQLite reports a write past RLIMIT_FSIZE (EFBIG) as a plain write error.
+      // SQLite reports ENOSPC as SQLITE_FULL but EFBIG (past RLIMIT_FSIZE) or EDQUOT as a plain
+      // write error, and its saved errno may already be overwritten by the rollback that
+      // followed; so for write errors we look at the limit and the free space ourselves.
       if (system_errno == ENOSPC || system_errno == EFBIG || system_errno == EDQUOT) {
         throw StorageFull(file, unit,
                           detail + ": " + std::strerror(system_errno) + "; nothing was saved");
+      }
+      if (rc == SQLITE_IOERR_WRITE || rc == SQLITE_IOERR_FSYNC || rc == SQLITE_IOERR_TRUNCATE) {
+        if (const std::string reason = out_of_space_reason(paths_.dir); !reason.empty()) {
+          throw StorageFull(file, unit, detail + "; " + reason + "; nothing was saved");
+        }
       }
       throw StoreError(file, unit,
                        detail + (system_errno ? std::string(": ") + std::strerror(system_errno)
