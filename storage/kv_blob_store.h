@@ -24,6 +24,7 @@
 namespace engram::storage {
 
 class Database;
+class Statement;
 
 class KvBlobStore {
  public:
@@ -72,7 +73,7 @@ class KvBlobStore {
 
  private:
   std::size_t remove_where(const std::string& condition, const std::string& unit,
-                           const std::function<void(class Statement&)>& bind);
+                           const std::function<void(Statement&)>& bind);
 
   Database& db_;
 };
