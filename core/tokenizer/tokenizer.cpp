@@ -1,16 +1,15 @@
 #include "core/tokenizer/tokenizer.h"
 
-#include <sentencepiece_processor.h>
-
 #include <stdexcept>
 #include <system_error>
 
 #include "core/model/model_error.h"
+#include "core/tokenizer/sentencepiece_backend.h"
 
 namespace engram {
 
 Tokenizer::Tokenizer(std::filesystem::path model_file,
-                     std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
+                     std::unique_ptr<SentencePieceBackend> processor)
     : model_file_(std::move(model_file)), processor_(std::move(processor)) {}
 
 Tokenizer::~Tokenizer() = default;
@@ -24,11 +23,10 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& model_fi
   if (!std::filesystem::is_regular_file(model_file, ec)) {
     throw ModelError(name, "tokenizer model is not a regular file");
   }
-  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = processor->Load(name);
-  if (!status.ok()) {
-    throw ModelError(
-        name, "not a valid SentencePiece model (corrupt or another format): " + status.ToString());
+  std::string error;
+  auto processor = load_sentencepiece(name, &error);
+  if (!processor) {
+    throw ModelError(name, "not a valid SentencePiece model (corrupt or another format): " + error);
   }
   if (processor->GetPieceSize() <= 0) {
     throw ModelError(name, "SentencePiece model has an empty vocabulary");
@@ -45,9 +43,9 @@ void Tokenizer::check_id(int32_t id) const {
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int> ids;
-  const auto status = processor_->Encode(text, &ids);
-  if (!status.ok()) {
-    throw std::runtime_error("SentencePiece could not encode text: " + status.ToString());
+  const std::string status = processor_->Encode(text, &ids);
+  if (!status.empty()) {
+    throw std::runtime_error("SentencePiece could not encode text: " + status);
   }
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
@@ -60,9 +58,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     checked_ids.push_back(id);
   }
   std::string text;
-  const auto status = processor_->Decode(checked_ids, &text);
-  if (!status.ok()) {
-    throw std::runtime_error("SentencePiece could not decode ids: " + status.ToString());
+  const std::string status = processor_->Decode(checked_ids, &text);
+  if (!status.empty()) {
+    throw std::runtime_error("SentencePiece could not decode ids: " + status);
   }
   return text;
 }

@@ -11,11 +11,9 @@
 #include <string_view>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace engram {
+
+class SentencePieceBackend;
 
 class Tokenizer {
  public:
@@ -49,12 +47,11 @@ class Tokenizer {
   const std::filesystem::path& model_file() const { return model_file_; }
 
  private:
-  Tokenizer(std::filesystem::path model_file,
-            std::unique_ptr<sentencepiece::SentencePieceProcessor> processor);
+  Tokenizer(std::filesystem::path model_file, std::unique_ptr<SentencePieceBackend> processor);
   void check_id(int32_t id) const;
 
   std::filesystem::path model_file_;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::unique_ptr<SentencePieceBackend> processor_;
 };
 
 }  // namespace engram
