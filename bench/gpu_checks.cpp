@@ -41,11 +41,15 @@ nlohmann::json check_rope_rotate(bool& ok) {
         gpu::rope_rotate_reference_(ref, deltas, inv);
         at::Tensor dev = keys.cuda();
         gpu::rope_rotate_(dev, deltas.cuda(), inv.cuda());
-        const double err = (dev.cpu().to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<double>();
+        const double err =
+            (dev.cpu().to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<double>();
         const double tol = dtype == at::kFloat ? 1e-4 : 2e-2;
         ok = ok && err <= tol;
-        out.push_back({{"dtype", c10::toString(dtype)}, {"head_dim", d}, {"tokens", t},
-                       {"max_abs_error", err}, {"tolerance", tol}});
+        out.push_back({{"dtype", c10::toString(dtype)},
+                       {"head_dim", d},
+                       {"tokens", t},
+                       {"max_abs_error", err},
+                       {"tolerance", tol}});
       }
     }
   }
@@ -54,7 +58,10 @@ nlohmann::json check_rope_rotate(bool& ok) {
 
 nlohmann::json check_attention(bool& ok) {
   nlohmann::json out = nlohmann::json::array();
-  struct Shape { int64_t hq, hkv, d, s, t; bool dense; };
+  struct Shape {
+    int64_t hq, hkv, d, s, t;
+    bool dense;
+  };
   for (const Shape& sh : {Shape{28, 4, 128, 1, 4097, true}, Shape{28, 4, 128, 333, 333, true},
                           Shape{14, 2, 64, 7, 301, false}, Shape{32, 8, 128, 64, 1000, false}}) {
     at::manual_seed(sh.t);
@@ -72,8 +79,13 @@ nlohmann::json check_attention(bool& ok) {
         attention(q.cuda().to(at::kBFloat16), dkv, qpos.cuda(), std::nullopt).cpu().to(at::kFloat);
     const double err = (got - ref).abs().max().item<double>();
     ok = ok && err <= 5e-2;
-    out.push_back({{"hq", sh.hq}, {"hkv", sh.hkv}, {"head_dim", sh.d}, {"queries", sh.s},
-                   {"keys", sh.t}, {"dense", sh.dense}, {"max_abs_error_bf16_vs_f32", err}});
+    out.push_back({{"hq", sh.hq},
+                   {"hkv", sh.hkv},
+                   {"head_dim", sh.d},
+                   {"queries", sh.s},
+                   {"keys", sh.t},
+                   {"dense", sh.dense},
+                   {"max_abs_error_bf16_vs_f32", err}});
   }
   return out;
 }
@@ -87,11 +99,13 @@ nlohmann::json check_pinned_source(const std::string& shape, int64_t prefix, int
   const ModelConfig& c = d.config();
   const KvCacheShape ks{c.num_layers, c.num_kv_heads, c.head_dim};
   std::vector<int64_t> ids(prefix + tokens);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = 3 + (i * 7919) % 30000;
+  for (size_t i = 0; i < ids.size(); ++i)
+    ids[i] = 3 + (i * 7919) % 30000;
   const std::vector<int64_t> head(ids.begin(), ids.begin() + prefix);
   const std::vector<int64_t> rest(ids.begin() + prefix, ids.end());
   std::vector<int64_t> rest_pos(tokens);
-  for (int64_t i = 0; i < tokens; ++i) rest_pos[i] = prefix + i;
+  for (int64_t i = 0; i < tokens; ++i)
+    rest_pos[i] = prefix + i;
 
   KvCache resident(ks, 1, prefix + tokens, d.dtype(), d.device());
   gpu::DeviceTimeline tl0(d.device());
@@ -113,7 +127,8 @@ nlohmann::json check_pinned_source(const std::string& shape, int64_t prefix, int
     auto t0 = std::chrono::steady_clock::now();
     a = d.forward(req, rs, tl, nullptr).logits;
     gpu::synchronize(d.device());
-    resident_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    resident_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     KvCache tail(ks, 1, tokens, d.dtype(), d.device());
     PinnedKvSource ps(host, tail, 1);
@@ -124,7 +139,8 @@ nlohmann::json check_pinned_source(const std::string& shape, int64_t prefix, int
     t0 = std::chrono::steady_clock::now();
     b = d.forward(req, ps, tl2, &trace).logits;
     gpu::synchronize(d.device());
-    pinned_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    pinned_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     trace.flush();
   }
   const double err = (a - b).abs().max().item<double>();
@@ -136,11 +152,17 @@ nlohmann::json check_pinned_source(const std::string& shape, int64_t prefix, int
   }
   ok = ok && top1 >= 0.99;
   const double bytes = static_cast<double>(host.bytes_per_layer()) * c.num_layers;
-  return {{"shape", shape}, {"prefix_tokens", prefix}, {"new_tokens", tokens},
-          {"resident_ms", resident_ms}, {"pinned_ms", pinned_ms},
-          {"max_abs_logit_difference", err}, {"top1_agreement", top1},
-          {"copied_bytes", bytes}, {"copy_lane_busy_us", copy_us},
-          {"compute_lane_busy_us", compute_us}, {"timeline_span_us", span_us},
+  return {{"shape", shape},
+          {"prefix_tokens", prefix},
+          {"new_tokens", tokens},
+          {"resident_ms", resident_ms},
+          {"pinned_ms", pinned_ms},
+          {"max_abs_logit_difference", err},
+          {"top1_agreement", top1},
+          {"copied_bytes", bytes},
+          {"copy_lane_busy_us", copy_us},
+          {"compute_lane_busy_us", compute_us},
+          {"timeline_span_us", span_us},
           {"copy_gbps", bytes / (copy_us * 1e3)},
           {"overlap_note", "copies of layer i+1 are issued while layer i computes"}};
 }

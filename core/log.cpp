@@ -28,10 +28,18 @@ void set_level(Level level) {
   logger().set_level(kMap[static_cast<int>(level)]);
 }
 
-void debug(std::string_view message) { logger().debug("{}", message); }
-void info(std::string_view message) { logger().info("{}", message); }
-void warn(std::string_view message) { logger().warn("{}", message); }
-void error(std::string_view message) { logger().error("{}", message); }
+void debug(std::string_view message) {
+  logger().debug("{}", message);
+}
+void info(std::string_view message) {
+  logger().info("{}", message);
+}
+void warn(std::string_view message) {
+  logger().warn("{}", message);
+}
+void error(std::string_view message) {
+  logger().error("{}", message);
+}
 
 Level parse_level(const std::string& name) {
   if (name == "debug") return Level::kDebug;

@@ -15,7 +15,8 @@ DeviceInfo device_info(at::Device device) {
   info.torch_version = TORCH_VERSION;
 #ifdef ENGRAM_WITH_CUDA
   if (device.is_cuda()) {
-    const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
+    const cudaDeviceProp* p =
+        at::cuda::getDeviceProperties(device.index() < 0 ? 0 : device.index());
     info.name = p->name;
     info.memory_bytes = static_cast<int64_t>(p->totalGlobalMem);
     return info;

@@ -56,7 +56,8 @@ std::vector<double> DeviceTimeline::resolve_us() {
   if (device_.is_cuda()) {
     if (impl_->events.empty()) return out;
     impl_->events.back()->synchronize();
-    for (auto& e : impl_->events) e->synchronize();
+    for (auto& e : impl_->events)
+      e->synchronize();
     for (auto& e : impl_->events) {
       out.push_back(1000.0 * impl_->events.front()->elapsed_time(*e));
     }
@@ -110,7 +111,8 @@ bool pinned_memory_available() {
 }
 
 at::Tensor empty_pinned(at::IntArrayRef shape, at::ScalarType dtype) {
-  return at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pinned_memory_available()));
+  return at::empty(shape,
+                   at::TensorOptions().dtype(dtype).pinned_memory(pinned_memory_available()));
 }
 
 }  // namespace engram::gpu

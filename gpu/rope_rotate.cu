@@ -9,17 +9,29 @@ namespace engram::gpu {
 namespace {
 
 template <typename T>
-__device__ float to_f(T v) { return static_cast<float>(v); }
+__device__ float to_f(T v) {
+  return static_cast<float>(v);
+}
 template <>
-__device__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ float to_f(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 template <>
-__device__ float to_f(__half v) { return __half2float(v); }
+__device__ float to_f(__half v) {
+  return __half2float(v);
+}
 template <typename T>
-__device__ T from_f(float v) { return static_cast<T>(v); }
+__device__ T from_f(float v) {
+  return static_cast<T>(v);
+}
 template <>
-__device__ __nv_bfloat16 from_f(float v) { return __float2bfloat16(v); }
+__device__ __nv_bfloat16 from_f(float v) {
+  return __float2bfloat16(v);
+}
 template <>
-__device__ __half from_f(float v) { return __float2half(v); }
+__device__ __half from_f(float v) {
+  return __float2half(v);
+}
 
 // One thread per (row, pair): rows = every [.., token] vector, pairs = head_dim / 2.
 template <typename T>
@@ -62,10 +74,17 @@ void launch(at::Tensor& keys, const at::Tensor& deltas, const at::Tensor& inv_fr
 void rope_rotate_cuda_(at::Tensor& keys, const at::Tensor& deltas, const at::Tensor& inv_freq) {
   if (!keys.is_contiguous()) throw std::invalid_argument("rope_rotate_: keys must be contiguous");
   switch (keys.scalar_type()) {
-    case at::kFloat: launch<float>(keys, deltas, inv_freq); break;
-    case at::kBFloat16: launch<__nv_bfloat16>(keys, deltas, inv_freq); break;
-    case at::kHalf: launch<__half>(keys, deltas, inv_freq); break;
-    default: throw std::invalid_argument("rope_rotate_: keys must be f32, bf16 or f16");
+    case at::kFloat:
+      launch<float>(keys, deltas, inv_freq);
+      break;
+    case at::kBFloat16:
+      launch<__nv_bfloat16>(keys, deltas, inv_freq);
+      break;
+    case at::kHalf:
+      launch<__half>(keys, deltas, inv_freq);
+      break;
+    default:
+      throw std::invalid_argument("rope_rotate_: keys must be f32, bf16 or f16");
   }
 }
 

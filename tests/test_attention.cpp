@@ -20,7 +20,8 @@ at::Tensor reference_probs(const at::Tensor& q, const at::Tensor& k, const at::T
 
 at::Tensor positions_matrix(const std::vector<std::vector<int64_t>>& rows) {
   std::vector<int64_t> flat;
-  for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
+  for (const auto& r : rows)
+    flat.insert(flat.end(), r.begin(), r.end());
   return at::tensor(flat, at::kLong).view({static_cast<int64_t>(rows.size()), -1});
 }
 
@@ -67,7 +68,8 @@ class AttentionTest : public QObject {
     kv.dense_causal = false;  // the explicit-mask path gives the same answer
     QVERIFY(at::allclose(attention(q, kv, qpos, std::nullopt), expected, 1e-5, 1e-5));
     // Probabilities of a few rows equal the reference rows.
-    const std::vector<int64_t> rows = s > 1 ? std::vector<int64_t>{s - 1, 0} : std::vector<int64_t>{0};
+    const std::vector<int64_t> rows =
+        s > 1 ? std::vector<int64_t>{s - 1, 0} : std::vector<int64_t>{0};
     const at::Tensor idx = at::tensor(rows, at::kLong);
     const at::Tensor p = attention_probabilities(q.index_select(2, idx), kv,
                                                  qpos.index_select(1, idx), std::nullopt);

@@ -26,7 +26,8 @@ at::Tensor full_forward_logits(const Decoder& d, const std::vector<int64_t>& ids
   ForwardRequest req;
   req.tokens = {ids};
   req.positions = {std::vector<int64_t>(ids.size())};
-  for (size_t i = 0; i < ids.size(); ++i) req.positions[0][i] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < ids.size(); ++i)
+    req.positions[0][i] = static_cast<int64_t>(i);
   req.all_logits = true;
   return d.forward(req, source, timeline, nullptr).logits[0];
 }
@@ -39,7 +40,8 @@ class DecoderReferenceTest : public QObject {
  private Q_SLOTS:
   void logitsMatchTransformers_data() {
     QTest::addColumn<QString>("fixture");
-    for (const auto& n : test::fixture_names()) QTest::newRow(n.c_str()) << QString::fromStdString(n);
+    for (const auto& n : test::fixture_names())
+      QTest::newRow(n.c_str()) << QString::fromStdString(n);
   }
 
   // Metric: max |ours − transformers| over all positions and the vocabulary, divided by the
@@ -50,8 +52,8 @@ class DecoderReferenceTest : public QObject {
     const test::Reference ref = test::load_reference(fixture.toStdString());
     for (const auto& seq : ref.sequences) {
       const at::Tensor ours = full_forward_logits(*m.decoder, seq.ids);
-      const at::Tensor theirs = at::from_blob(const_cast<float*>(seq.logits.data.data()),
-                                              seq.logits.shape, at::kFloat);
+      const at::Tensor theirs =
+          at::from_blob(const_cast<float*>(seq.logits.data.data()), seq.logits.shape, at::kFloat);
       QCOMPARE(ours.sizes().vec(), theirs.sizes().vec());
       const double err = (ours - theirs).abs().max().item<double>() / seq.logit_scale;
       qInfo("%s: %zu tokens, relative max error %.3g", qPrintable(fixture), seq.ids.size(), err);

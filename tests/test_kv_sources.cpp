@@ -22,7 +22,8 @@ struct Collect : EngineObserver {
 
 std::vector<int64_t> iota(int64_t from, int64_t n) {
   std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = from + i;
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = from + i;
   return v;
 }
 
@@ -48,7 +49,8 @@ class KvSourcesTest : public QObject {
   }
   std::vector<int64_t> ids(int64_t n, int64_t salt = 0) const {
     std::vector<int64_t> v(n);
-    for (int64_t i = 0; i < n; ++i) v[i] = 3 + (i * 7919 + salt * 104729) % 900;
+    for (int64_t i = 0; i < n; ++i)
+      v[i] = 3 + (i * 7919 + salt * 104729) % 900;
     return v;
   }
 
@@ -71,7 +73,8 @@ class KvSourcesTest : public QObject {
     for (int64_t l = 0; l < shape().layers; ++l) {
       const double dk = (at_zero.keys(l) - at_p.keys(l)).abs().max().item<double>();
       const double dv = (at_zero.values(l) - at_p.values(l)).abs().max().item<double>();
-      QVERIFY2(dk < 1e-5 && dv < 1e-5, qPrintable(QString("layer %1: %2 %3").arg(l).arg(dk).arg(dv)));
+      QVERIFY2(dk < 1e-5 && dv < 1e-5,
+               qPrintable(QString("layer %1: %2 %3").arg(l).arg(dk).arg(dv)));
     }
     QCOMPARE(at_zero.positions()[0][0].item<int64_t>(), p);
   }
@@ -93,9 +96,8 @@ class KvSourcesTest : public QObject {
     CacheKvSource batch_source(batch);
     for (int step = 0; step < 4; ++step) {
       const std::vector<int64_t> next = {100 + step, 200 + step};
-      const at::Tensor together =
-          forward(batch_source, {{next[0]}, {next[1]}},
-                  {{batch.lengths()[0]}, {batch.lengths()[1]}});
+      const at::Tensor together = forward(batch_source, {{next[0]}, {next[1]}},
+                                          {{batch.lengths()[0]}, {batch.lengths()[1]}});
       for (int r = 0; r < 2; ++r) {
         CacheKvSource s(alone[r]);
         const at::Tensor single = forward(s, {{next[r]}}, {{alone[r].lengths()[0]}});

@@ -34,7 +34,8 @@ class SamplerTest : public QObject {
     o.seed = 99;
     Sampler c(o);
     std::vector<int64_t> tc;
-    for (int i = 0; i < 50; ++i) tc.push_back(c.next(logits, {}));
+    for (int i = 0; i < 50; ++i)
+      tc.push_back(c.next(logits, {}));
     QVERIFY(ta != tc);
   }
 
@@ -45,7 +46,8 @@ class SamplerTest : public QObject {
     o.top_k = 2;
     Sampler s(o);
     std::set<int64_t> seen;
-    for (int i = 0; i < 200; ++i) seen.insert(s.next(logits, {}));
+    for (int i = 0; i < 200; ++i)
+      seen.insert(s.next(logits, {}));
     QCOMPARE(seen, (std::set<int64_t>{0, 1}));
   }
 
@@ -57,7 +59,8 @@ class SamplerTest : public QObject {
     o.top_p = 0.8;
     Sampler s(o);
     std::set<int64_t> seen;
-    for (int i = 0; i < 300; ++i) seen.insert(s.next(logits, {}));
+    for (int i = 0; i < 300; ++i)
+      seen.insert(s.next(logits, {}));
     QCOMPARE(seen, (std::set<int64_t>{0, 1}));
   }
 

@@ -34,7 +34,9 @@ Args::Args(int argc, char** argv, int first, const std::set<std::string>& with_v
   }
 }
 
-bool Args::has(const std::string& name) const { return values_.count(name) > 0; }
+bool Args::has(const std::string& name) const {
+  return values_.count(name) > 0;
+}
 
 std::string Args::str(const std::string& name, const std::string& fallback) const {
   auto it = values_.find(name);

@@ -25,7 +25,8 @@ std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> dist(3, vocab - 1);
   std::vector<int64_t> ids(n);
-  for (auto& id : ids) id = dist(rng);
+  for (auto& id : ids)
+    id = dist(rng);
   return ids;
 }
 

@@ -18,8 +18,8 @@ namespace {
 
 std::set<std::string> generation_flags() {
   auto f = model_flags_with_value();
-  f.insert({"prompt", "max-tokens", "temperature", "top-p", "top-k", "repetition-penalty",
-            "trace", "system", "ids"});
+  f.insert({"prompt", "max-tokens", "temperature", "top-p", "top-k", "repetition-penalty", "trace",
+            "system", "ids"});
   return f;
 }
 
@@ -63,10 +63,11 @@ int run_generate(int argc, char** argv) {
   if (args.has("ids")) {
     ids = parse_ids(args.str("ids", ""));
     KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1,
-                  static_cast<int64_t>(ids.size()) + options.max_new_tokens,
-                  model.decoder->dtype(), model.decoder->device());
+                  static_cast<int64_t>(ids.size()) + options.max_new_tokens, model.decoder->dtype(),
+                  model.decoder->device());
     const GenerationResult r = generate(*model.decoder, cache, {}, ids, options, {});
-    for (size_t i = 0; i < r.tokens.size(); ++i) std::printf(i ? ",%lld" : "%lld", static_cast<long long>(r.tokens[i]));
+    for (size_t i = 0; i < r.tokens.size(); ++i)
+      std::printf(i ? ",%lld" : "%lld", static_cast<long long>(r.tokens[i]));
     std::printf("\n");
     print_stats(r, 0);
     return 0;
@@ -75,10 +76,11 @@ int run_generate(int argc, char** argv) {
     throw ModelError(args.str("model", ""), "generate needs tokenizer.model in the model folder");
   }
   if (model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  for (int32_t id : model.tokenizer->encode(args.str("prompt", ""))) ids.push_back(id);
+  for (int32_t id : model.tokenizer->encode(args.str("prompt", "")))
+    ids.push_back(id);
   KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1,
-                static_cast<int64_t>(ids.size()) + options.max_new_tokens,
-                model.decoder->dtype(), model.decoder->device());
+                static_cast<int64_t>(ids.size()) + options.max_new_tokens, model.decoder->dtype(),
+                model.decoder->device());
   TokenStream stream(*model.tokenizer);
   const GenerationResult r = generate(*model.decoder, cache, {}, ids, options, [&](int64_t t) {
     const std::string text = stream.push(static_cast<int32_t>(t));
@@ -101,7 +103,8 @@ int run_chat(int argc, char** argv) {
   LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
   ChatSession session(model, args.str("system", ""));
   const bool interactive = isatty(STDIN_FILENO);
-  if (interactive) std::fprintf(stderr, "chatting with %s; an empty line or Ctrl-D ends\n", model.name.c_str());
+  if (interactive)
+    std::fprintf(stderr, "chatting with %s; an empty line or Ctrl-D ends\n", model.name.c_str());
   std::string line;
   while (true) {
     if (interactive) {

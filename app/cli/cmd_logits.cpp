@@ -31,7 +31,8 @@ int run_logits(int argc, char** argv) {
   ForwardRequest req;
   req.tokens = {ids};
   req.positions = {std::vector<int64_t>(ids.size())};
-  for (size_t i = 0; i < ids.size(); ++i) req.positions[0][i] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < ids.size(); ++i)
+    req.positions[0][i] = static_cast<int64_t>(i);
   req.all_logits = true;
   const at::Tensor logits = decoder.forward(req, source, timeline, nullptr).logits[0].to(at::kCPU);
   const at::Tensor last = logits[logits.size(0) - 1];

@@ -30,22 +30,22 @@ LoadedModel load_model_from_args(const Args& args, bool allow_shape) {
   const bool tty = isatty(STDERR_FILENO);
   int last_percent = -1;
   auto progress = [&](const LoadProgress& p) {
-    const int percent = p.bytes_total ? static_cast<int>(100.0 * p.bytes_done / p.bytes_total) : 100;
+    const int percent =
+        p.bytes_total ? static_cast<int>(100.0 * p.bytes_done / p.bytes_total) : 100;
     if (!tty || percent == last_percent) return;
     last_percent = percent;
     const int width = 30;
     const int filled = percent * width / 100;
     std::fprintf(stderr, "\rloading [%.*s%*s] %3d%% %.1f/%.1f MB %.1f s", filled,
-                 "##############################", width - filled, "", percent,
-                 p.bytes_done / 1e6, p.bytes_total / 1e6, p.seconds);
+                 "##############################", width - filled, "", percent, p.bytes_done / 1e6,
+                 p.bytes_total / 1e6, p.seconds);
     std::fflush(stderr);
   };
   LoadedModel m = load_model(source, device, progress);
   if (tty && last_percent >= 0) std::fprintf(stderr, "\n");
-  std::fprintf(stderr, "loaded %s: %lld layers, %.1f M parameters, %s %s, %.2f s\n",
-               m.name.c_str(), static_cast<long long>(m.config.num_layers),
-               m.config.parameter_count() / 1e6, device.device.str().c_str(),
-               c10::toString(device.compute_dtype), m.load_seconds);
+  std::fprintf(stderr, "loaded %s: %lld layers, %.1f M parameters, %s %s, %.2f s\n", m.name.c_str(),
+               static_cast<long long>(m.config.num_layers), m.config.parameter_count() / 1e6,
+               device.device.str().c_str(), c10::toString(device.compute_dtype), m.load_seconds);
   return m;
 }
 

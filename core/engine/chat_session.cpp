@@ -12,8 +12,8 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt) : model_
   }
   if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
   const ModelConfig& c = model.config;
-  cache_ = std::make_unique<KvCache>(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim}, 1,
-                                     256, model.decoder->dtype(), model.decoder->device());
+  cache_ = std::make_unique<KvCache>(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim}, 1, 256,
+                                     model.decoder->dtype(), model.decoder->device());
 }
 
 void ChatSession::set_history(std::vector<ChatMessage> messages) {
@@ -77,11 +77,11 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   };
   const std::vector<int64_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(common),
                                    prompt.end());
-  reply.generation = generate(*model_.decoder, *cache_, cached_ids_, fresh, options,
-                              [&](int64_t token) {
-                                emit(stream.push(static_cast<int32_t>(token)));
-                                return !stopped;
-                              });
+  reply.generation =
+      generate(*model_.decoder, *cache_, cached_ids_, fresh, options, [&](int64_t token) {
+        emit(stream.push(static_cast<int32_t>(token)));
+        return !stopped;
+      });
   emit(stream.finish());
   if (!stopped) {
     const std::string rest = stops.finish();

@@ -16,7 +16,8 @@ struct Fnv64 {
   uint64_t h = 1469598103934665603ull;
   void add(const void* data, size_t n) {
     const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; ++i)
+      h = (h ^ p[i]) * 1099511628211ull;
   }
   void add(const std::string& s) { add(s.data(), s.size()); }
   std::string hex() const {
@@ -35,7 +36,8 @@ std::string fingerprint_folder(const std::filesystem::path& dir, const ModelConf
     const TensorView& t = files.at(name);
     f.add(name);
     f.add(dtype_safetensors_name(t.dtype));
-    for (int64_t d : t.shape) f.add(&d, sizeof d);
+    for (int64_t d : t.shape)
+      f.add(&d, sizeof d);
     const size_t head = std::min<size_t>(t.nbytes, 4096);
     f.add(t.data, head);
     f.add(t.data + (t.nbytes - head), head);
@@ -77,14 +79,13 @@ LoadedModel load_model(const ModelSource& source, const DeviceChoice& device,
     } else {
       log::info("no tokenizer.model in " + source.dir.string() + ": token ids only");
     }
-    weights = load_decoder_weights(source.dir, m.config, device.device, device.compute_dtype,
-                                   progress);
+    weights =
+        load_decoder_weights(source.dir, m.config, device.device, device.compute_dtype, progress);
     m.fingerprint = fingerprint_folder(source.dir, m.config);
   }
-  m.decoder = std::make_unique<Decoder>(m.config, std::move(weights), device.device,
-                                        device.compute_dtype);
-  m.load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.decoder =
+      std::make_unique<Decoder>(m.config, std::move(weights), device.device, device.compute_dtype);
+  m.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return m;
 }
 

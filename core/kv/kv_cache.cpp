@@ -27,7 +27,8 @@ KvCache::KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::Scalar
     keys_.push_back(at::empty({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
     values_.push_back(at::empty({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
   }
-  positions_ = at::full({batch, capacity_}, -1, at::TensorOptions().dtype(at::kLong).device(device));
+  positions_ =
+      at::full({batch, capacity_}, -1, at::TensorOptions().dtype(at::kLong).device(device));
 }
 
 int64_t KvCache::max_length() const {
@@ -42,7 +43,8 @@ void KvCache::ensure_room(int64_t tokens) {
   const int64_t used = max_length();
   for (int64_t l = 0; l < shape_.layers; ++l) {
     for (auto* t : {&keys_[l], &values_[l]}) {
-      at::Tensor bigger = at::empty({batch_, shape_.kv_heads, grown, shape_.head_dim}, t->options());
+      at::Tensor bigger =
+          at::empty({batch_, shape_.kv_heads, grown, shape_.head_dim}, t->options());
       bigger.narrow(2, 0, used).copy_(t->narrow(2, 0, used));
       *t = bigger;
     }
@@ -57,7 +59,8 @@ at::Tensor KvCache::write_slots(int64_t tokens) const {
   std::vector<int64_t> slots;
   slots.reserve(batch_ * tokens);
   for (int64_t b = 0; b < batch_; ++b) {
-    for (int64_t s = 0; s < tokens; ++s) slots.push_back(lengths_[b] + s);
+    for (int64_t s = 0; s < tokens; ++s)
+      slots.push_back(lengths_[b] + s);
   }
   return at::tensor(slots, at::kLong).view({batch_, tokens}).to(device_);
 }
@@ -134,7 +137,8 @@ void KvCache::rerotate(int64_t row, int64_t begin, int64_t end, int64_t delta,
   }
   const int64_t n = end - begin;
   if (n == 0 || delta == 0) return;
-  const at::Tensor deltas = at::full({n}, delta, at::TensorOptions().dtype(at::kLong).device(device_));
+  const at::Tensor deltas =
+      at::full({n}, delta, at::TensorOptions().dtype(at::kLong).device(device_));
   const at::Tensor freq = inv_freq.to(device_);
   for (int64_t l = 0; l < shape_.layers; ++l) {
     at::Tensor span = keys_[l][row].narrow(1, begin, n).contiguous();  // [H, n, d]
@@ -147,7 +151,8 @@ void KvCache::rerotate(int64_t row, int64_t begin, int64_t end, int64_t delta,
 
 int64_t KvCache::bytes() const {
   int64_t tokens = 0;
-  for (int64_t len : lengths_) tokens += len;
+  for (int64_t len : lengths_)
+    tokens += len;
   return 2 * shape_.layers * shape_.kv_heads * shape_.head_dim * tokens *
          static_cast<int64_t>(at::elementSize(dtype_));
 }

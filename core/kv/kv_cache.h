@@ -66,7 +66,7 @@ class KvCache {
   at::Device device_;
   std::vector<at::Tensor> keys_;  // per layer [B, H, capacity, d]
   std::vector<at::Tensor> values_;
-  at::Tensor positions_;          // [B, capacity] int64
+  at::Tensor positions_;  // [B, capacity] int64
   std::vector<int64_t> lengths_;
   bool dense_ = true;
 };

@@ -61,7 +61,8 @@ void PinnedKvSource::begin_forward(const ForwardContext& ctx) {
     }
   }
   in_flight_.assign(prefix_.keys.size(), InFlight{});
-  for (int64_t l = 0; l < depth_; ++l) issue_copy(l, ctx);
+  for (int64_t l = 0; l < depth_; ++l)
+    issue_copy(l, ctx);
 }
 
 AttendKv PinnedKvSource::layer_kv(int64_t layer, const FreshKv& fresh, const ForwardContext& ctx) {

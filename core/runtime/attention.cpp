@@ -57,15 +57,14 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const at::Tensor& mask, bool causal) {
   const int64_t g = q.size(1) / k.size(1);
 #if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
-  return at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask)
-                                                                  : c10::nullopt,
-                                          0.0, causal, c10::nullopt, /*enable_gqa=*/g > 1);
+  return at::scaled_dot_product_attention(
+      q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt, 0.0, causal,
+      c10::nullopt, /*enable_gqa=*/g > 1);
 #else
   at::Tensor ke = k.repeat_interleave(g, 1);
   at::Tensor ve = v.repeat_interleave(g, 1);
-  return at::scaled_dot_product_attention(q, ke, ve, mask.defined() ? c10::optional<at::Tensor>(mask)
-                                                                    : c10::nullopt,
-                                          0.0, causal);
+  return at::scaled_dot_product_attention(
+      q, ke, ve, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt, 0.0, causal);
 #endif
 }
 #endif

@@ -14,7 +14,8 @@ namespace {
 std::string shape_str(const std::vector<int64_t>& shape) {
   std::ostringstream out;
   out << '[';
-  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  for (size_t i = 0; i < shape.size(); ++i)
+    out << (i ? ", " : "") << shape[i];
   out << ']';
   return out.str();
 }
@@ -79,8 +80,8 @@ int64_t DecoderWeights::bytes() const {
   int64_t total = size(embed) + size(final_norm);
   if (!lm_head.is_same(embed)) total += size(lm_head);
   for (const auto& l : layers) {
-    for (const auto* t : {&l.input_norm, &l.qkv_proj, &l.qkv_bias, &l.q_norm, &l.k_norm,
-                          &l.o_proj, &l.post_norm, &l.gate_up_proj, &l.down_proj}) {
+    for (const auto* t : {&l.input_norm, &l.qkv_proj, &l.qkv_bias, &l.q_norm, &l.k_norm, &l.o_proj,
+                          &l.post_norm, &l.gate_up_proj, &l.down_proj}) {
       total += size(*t);
     }
   }
@@ -132,8 +133,8 @@ DecoderWeights load_decoder_weights(const std::filesystem::path& dir, const Mode
   return w;
 }
 
-DecoderWeights random_decoder_weights(const ModelConfig& c, at::Device device,
-                                      at::ScalarType dtype, uint64_t seed) {
+DecoderWeights random_decoder_weights(const ModelConfig& c, at::Device device, at::ScalarType dtype,
+                                      uint64_t seed) {
   at::manual_seed(seed);
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   auto normal = [&](std::vector<int64_t> shape) { return at::randn(shape, opts).mul_(0.02); };

@@ -16,19 +16,19 @@
 namespace engram {
 
 struct LayerWeights {
-  at::Tensor input_norm;     // [hidden]
-  at::Tensor qkv_proj;       // [q + 2·kv, hidden]
-  at::Tensor qkv_bias;       // [q + 2·kv] or undefined
-  at::Tensor q_norm;         // [head_dim] or undefined (Qwen3)
-  at::Tensor k_norm;         // [head_dim] or undefined
-  at::Tensor o_proj;         // [hidden, q]
-  at::Tensor post_norm;      // [hidden]
-  at::Tensor gate_up_proj;   // [2·intermediate, hidden]
-  at::Tensor down_proj;      // [hidden, intermediate]
+  at::Tensor input_norm;    // [hidden]
+  at::Tensor qkv_proj;      // [q + 2·kv, hidden]
+  at::Tensor qkv_bias;      // [q + 2·kv] or undefined
+  at::Tensor q_norm;        // [head_dim] or undefined (Qwen3)
+  at::Tensor k_norm;        // [head_dim] or undefined
+  at::Tensor o_proj;        // [hidden, q]
+  at::Tensor post_norm;     // [hidden]
+  at::Tensor gate_up_proj;  // [2·intermediate, hidden]
+  at::Tensor down_proj;     // [hidden, intermediate]
 };
 
 struct DecoderWeights {
-  at::Tensor embed;       // [vocab, hidden]
+  at::Tensor embed;  // [vocab, hidden]
   std::vector<LayerWeights> layers;
   at::Tensor final_norm;  // [hidden]
   at::Tensor lm_head;     // [vocab, hidden]; the embedding when tied

@@ -6,7 +6,9 @@
 
 namespace engram {
 
-bool cuda_available() { return at::hasCUDA(); }
+bool cuda_available() {
+  return at::hasCUDA();
+}
 
 DeviceChoice choose_device(const std::string& device, const std::string& dtype) {
   DeviceChoice choice;
@@ -44,33 +46,54 @@ DeviceChoice choose_device(const std::string& device, const std::string& dtype) 
 
 at::ScalarType to_scalar_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return at::kFloat;
-    case DType::kF16: return at::kHalf;
-    case DType::kBF16: return at::kBFloat16;
-    case DType::kF64: return at::kDouble;
-    case DType::kI64: return at::kLong;
-    case DType::kI32: return at::kInt;
-    case DType::kI16: return at::kShort;
-    case DType::kI8: return at::kChar;
-    case DType::kU8: return at::kByte;
-    case DType::kBool: return at::kBool;
+    case DType::kF32:
+      return at::kFloat;
+    case DType::kF16:
+      return at::kHalf;
+    case DType::kBF16:
+      return at::kBFloat16;
+    case DType::kF64:
+      return at::kDouble;
+    case DType::kI64:
+      return at::kLong;
+    case DType::kI32:
+      return at::kInt;
+    case DType::kI16:
+      return at::kShort;
+    case DType::kI8:
+      return at::kChar;
+    case DType::kU8:
+      return at::kByte;
+    case DType::kBool:
+      return at::kBool;
   }
   throw std::invalid_argument("unknown dtype");
 }
 
 DType from_scalar_type(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return DType::kF32;
-    case at::kHalf: return DType::kF16;
-    case at::kBFloat16: return DType::kBF16;
-    case at::kDouble: return DType::kF64;
-    case at::kLong: return DType::kI64;
-    case at::kInt: return DType::kI32;
-    case at::kShort: return DType::kI16;
-    case at::kChar: return DType::kI8;
-    case at::kByte: return DType::kU8;
-    case at::kBool: return DType::kBool;
-    default: throw std::invalid_argument("unsupported scalar type");
+    case at::kFloat:
+      return DType::kF32;
+    case at::kHalf:
+      return DType::kF16;
+    case at::kBFloat16:
+      return DType::kBF16;
+    case at::kDouble:
+      return DType::kF64;
+    case at::kLong:
+      return DType::kI64;
+    case at::kInt:
+      return DType::kI32;
+    case at::kShort:
+      return DType::kI16;
+    case at::kChar:
+      return DType::kI8;
+    case at::kByte:
+      return DType::kU8;
+    case at::kBool:
+      return DType::kBool;
+    default:
+      throw std::invalid_argument("unsupported scalar type");
   }
 }
 

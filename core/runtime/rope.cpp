@@ -36,7 +36,7 @@ std::pair<at::Tensor, at::Tensor> Rope::cos_sin(const at::Tensor& positions,
                                                 at::ScalarType dtype) const {
   // freqs[b, s, i] = position · inv_freq[i], in f32 as in transformers.
   at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, S, d/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);             // [B, 1, S, d]
+  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);              // [B, 1, S, d]
   return {emb.cos().to(dtype), emb.sin().to(dtype)};
 }
 

@@ -20,7 +20,8 @@ class Rope {
   // x's dtype (cos/sin are computed in f32 and cast, as transformers does).
   at::Tensor apply(const at::Tensor& x, const at::Tensor& positions) const;
   // cos/sin for positions, [B, 1, S, head_dim] in `dtype`; compute once per forward.
-  std::pair<at::Tensor, at::Tensor> cos_sin(const at::Tensor& positions, at::ScalarType dtype) const;
+  std::pair<at::Tensor, at::Tensor> cos_sin(const at::Tensor& positions,
+                                            at::ScalarType dtype) const;
   static at::Tensor apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
   const at::Tensor& inverse_frequencies() const { return inv_freq_; }  // on the device

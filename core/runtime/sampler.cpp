@@ -10,9 +10,11 @@ namespace engram {
 Sampler::Sampler(SamplingOptions options)
     : options_(options), generator_(at::detail::createCPUGenerator(options.seed)) {
   if (options.temperature < 0) throw std::invalid_argument("temperature must be >= 0");
-  if (options.top_p <= 0 || options.top_p > 1) throw std::invalid_argument("top-p must be in (0, 1]");
+  if (options.top_p <= 0 || options.top_p > 1)
+    throw std::invalid_argument("top-p must be in (0, 1]");
   if (options.top_k < 0) throw std::invalid_argument("top-k must be >= 0");
-  if (options.repetition_penalty <= 0) throw std::invalid_argument("repetition penalty must be > 0");
+  if (options.repetition_penalty <= 0)
+    throw std::invalid_argument("repetition penalty must be > 0");
 }
 
 int64_t Sampler::next(const at::Tensor& logits_in, const std::vector<int64_t>& history) {
@@ -24,8 +26,8 @@ int64_t Sampler::next(const at::Tensor& logits_in, const std::vector<int64_t>& h
   if (options_.repetition_penalty != 1.0 && !history.empty()) {
     const at::Tensor seen = std::get<0>(at::_unique(at::tensor(history, at::kLong)));
     at::Tensor vals = logits.index_select(0, seen);
-    vals = at::where(vals > 0, vals / options_.repetition_penalty,
-                     vals * options_.repetition_penalty);
+    vals =
+        at::where(vals > 0, vals / options_.repetition_penalty, vals * options_.repetition_penalty);
     logits.index_copy_(0, seen, vals);
   }
   if (options_.temperature == 0.0) return logits.argmax().item<int64_t>();

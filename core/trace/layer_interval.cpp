@@ -5,13 +5,15 @@
 
 namespace engram {
 
-const char* lane_name(TraceLane lane) { return lane == TraceLane::kCopy ? "copy" : "compute"; }
+const char* lane_name(TraceLane lane) {
+  return lane == TraceLane::kCopy ? "copy" : "compute";
+}
 
 std::string to_json_line(const LayerInterval& i) {
-  nlohmann::json j = {{"request", i.request}, {"phase", i.phase},       {"step", i.step},
-                      {"layer", i.layer},     {"lane", lane_name(i.lane)}, {"what", i.what},
-                      {"start_us", i.start_us}, {"end_us", i.end_us},   {"bytes", i.bytes},
-                      {"tokens", i.tokens},   {"device", i.device},     {"clock", i.clock}};
+  nlohmann::json j = {{"request", i.request},   {"phase", i.phase},          {"step", i.step},
+                      {"layer", i.layer},       {"lane", lane_name(i.lane)}, {"what", i.what},
+                      {"start_us", i.start_us}, {"end_us", i.end_us},        {"bytes", i.bytes},
+                      {"tokens", i.tokens},     {"device", i.device},        {"clock", i.clock}};
   return j.dump();
 }
 

@@ -13,7 +13,9 @@
 
 namespace engram::test {
 
-inline std::filesystem::path test_data() { return ENGRAM_TEST_DATA; }
+inline std::filesystem::path test_data() {
+  return ENGRAM_TEST_DATA;
+}
 inline std::filesystem::path fixture_model(const std::string& name) {
   return test_data() / "models" / name;
 }
