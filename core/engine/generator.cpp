@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "core/kv/cache_kv_source.h"
+#include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_timeline.h"
 
@@ -37,7 +38,8 @@ at::Tensor prefill(const Decoder& decoder, KvCache& cache, const std::vector<int
     req.tokens = {std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + begin + len)};
     const int64_t start_pos = cache.lengths()[0];
     req.positions = {std::vector<int64_t>(len)};
-    for (int64_t i = 0; i < len; ++i) req.positions[0][i] = start_pos + i;
+    for (int64_t i = 0; i < len; ++i)
+      req.positions[0][i] = start_pos + i;
     logits = decoder.forward(req, source, timeline, trace).logits;
   }
   return logits.view({-1});
@@ -72,9 +74,18 @@ GenerationResult generate(const Decoder& decoder, KvCache& cache,
   const auto t0 = Clock::now();
   const int64_t room = std::min(options.max_new_tokens, config.max_positions - total);
   cache.ensure_room(static_cast<int64_t>(new_tokens.size()) + room);
-  at::Tensor logits = prefill(decoder, cache, new_tokens, options.prefill_chunk, timeline,
-                              trace.get());
+  at::Tensor logits =
+      prefill(decoder, cache, new_tokens, options.prefill_chunk, timeline, trace.get());
   CacheKvSource source(cache);
+  // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h); a traced
+  // request keeps the per-layer path so that its layer timeline is exact.
+  std::unique_ptr<StaticDecodeStep> static_step;
+  if (decoder.device().is_cuda() && cache.batch() == 1 && !trace) {
+    static_step = std::make_unique<StaticDecodeStep>(decoder, cache);
+  }
+  const SamplingOptions& sampling = sampler.options();
+  const bool greedy = sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0;
+  bool next_is_argmax = false;  // the static step already holds the greedy choice
   Clock::time_point decode_start;
   result.stop_reason = "length";
   for (int64_t step = 0; step < room; ++step) {
@@ -82,7 +93,8 @@ GenerationResult generate(const Decoder& decoder, KvCache& cache,
       result.stop_reason = "cancelled";
       break;
     }
-    const int64_t token = sampler.next(logits, all);  // copies logits to the CPU: a sync point
+    // Either way one id or the logits cross to the host: a sync point.
+    const int64_t token = next_is_argmax ? static_step->greedy_token() : sampler.next(logits, all);
     if (step == 0) {
       result.prefill_ms = ms_since(t0);
       result.time_to_first_token_ms = result.prefill_ms;
@@ -100,6 +112,11 @@ GenerationResult generate(const Decoder& decoder, KvCache& cache,
     }
     if (step + 1 == room) break;  // the last token needs no forward pass
     if (trace) trace->set_phase("decode", step + 1);
+    if (static_step) {
+      logits = static_step->step(token, cache.lengths()[0]);
+      next_is_argmax = greedy;
+      continue;
+    }
     ForwardRequest req;
     req.tokens = {{token}};
     req.positions = {{cache.lengths()[0]}};

@@ -1,0 +1,64 @@
+// One batch-1 decode step whose device work has fixed shapes and fixed addresses, so that it is
+// recorded once (a CUDA graph on CUDA, gpu/cuda_graph.h) and replayed at every token: the
+// per-layer path costs ~40 torch ops × ~12 µs of host time per layer, which made 7B decode
+// host-bound at a third of the HBM roofline (bench/results/2026-11-23-h100-issue3).
+//
+// What makes it replayable: the token id, RoPE position and write slot live in a device buffer
+// updated in place; attention runs over the cache's whole preallocated capacity, with slots
+// whose position is -1, later than the query or outside the sliding window masked; KV is
+// written at the device slot; logits and their argmax land in static buffers. The step is
+// re-recorded when the cache's capacity (and so its storage) changes.
+//
+// It computes what Decoder::forward computes for one token with a CacheKvSource (same weights,
+// same RoPE, same rounding points); layer timelines and attention probes need the per-layer
+// path and are not offered here.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/kv/kv_cache.h"
+#include "core/runtime/decoder.h"
+#include "gpu/cuda_graph.h"
+
+namespace engram {
+
+class StaticDecodeStep {
+ public:
+  // `cache` must have one row, the decoder's device and dtype; both must outlive the step.
+  StaticDecodeStep(const Decoder& decoder, KvCache& cache);
+
+  // Runs `token` at RoPE position `position`, writing its KV at the row's current length and
+  // committing it to the cache (growing the cache, and re-recording, when it is full). Returns
+  // the logits, f32 [vocab]: a static buffer that the next step overwrites. Throws
+  // std::out_of_range for a token outside the vocabulary or a position past the model's maximum.
+  const at::Tensor& step(int64_t token, int64_t position);
+
+  // The argmax of the last step's logits (one id crosses to the host: a sync point).
+  int64_t greedy_token() const;
+  const at::Tensor& logits() const { return logits_; }
+  // How many times the step has been recorded (1 + the number of capacity changes seen).
+  int64_t recordings() const { return recordings_; }
+
+ private:
+  void record();
+  void run();
+
+  const Decoder& decoder_;
+  KvCache& cache_;
+  gpu::DeviceGraph graph_;
+  at::Tensor inputs_;   // int64 [3] on the device: token, position, slot
+  at::Tensor logits_;   // f32 [vocab]
+  at::Tensor next_id_;  // int64 [] argmax of logits_
+  // Full-capacity views of the cache, as recorded.
+  std::vector<at::Tensor> keys_;    // per layer [kv_heads, capacity, head_dim]
+  std::vector<at::Tensor> values_;  // per layer [kv_heads, capacity, head_dim]
+  at::Tensor key_positions_;        // [1, capacity] int64
+  int64_t recorded_capacity_ = -1;
+  const void* recorded_storage_ = nullptr;
+  int64_t recordings_ = 0;
+};
+
+}  // namespace engram

@@ -1,0 +1,198 @@
+// The recorded (replayable) decode step against the per-layer decode it replaces: same logits
+// step after step on the fixtures, after the cache grows (re-recording), with positions that do
+// not follow the slots, and under a sliding window. On the CPU the graph wrapper runs the step
+// directly; with a CUDA device the fused kernels are also compared with their CPU references.
+#include <QtTest>
+
+#include <optional>
+
+#include "core/engine/generator.h"
+#include "core/engine/loaded_model.h"
+#include "core/kv/cache_kv_source.h"
+#include "core/runtime/static_decode_step.h"
+#include "gpu/device_timeline.h"
+#include "gpu/rms_norm.h"
+#include "gpu/rope_kv_write.h"
+#include "support/reference_fixture.h"
+
+using namespace engram;
+
+namespace {
+
+std::vector<int64_t> prompt_ids(int64_t n, int64_t salt) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = 3 + (i * 7919 + salt * 104729) % 900;
+  return v;
+}
+
+KvCacheShape shape_of(const ModelConfig& c) {
+  return {c.num_layers, c.num_kv_heads, c.head_dim};
+}
+
+at::Tensor per_layer_step(const Decoder& decoder, KvCache& cache, int64_t token, int64_t position) {
+  CacheKvSource source(cache);
+  gpu::DeviceTimeline timeline(decoder.device());
+  ForwardRequest req;
+  req.tokens = {{token}};
+  req.positions = {{position}};
+  return decoder.forward(req, source, timeline, nullptr).logits.view({-1});
+}
+
+struct Comparison {
+  double max_error = 0;
+  int64_t recordings = 0;
+};
+
+// Prefills the same prompt into two caches, then decodes `steps` greedy tokens through both
+// paths; `position_gap` shifts every decode position past the slot it is written to.
+Comparison compare_decode(const Decoder& decoder, int64_t prompt_len, int64_t steps,
+                          int64_t static_capacity, int64_t position_gap = 0) {
+  const auto prompt = prompt_ids(prompt_len, 5);
+  KvCache reference(shape_of(decoder.config()), 1, prompt_len + steps, at::kFloat, at::kCPU);
+  KvCache recorded(shape_of(decoder.config()), 1, static_capacity, at::kFloat, at::kCPU);
+  gpu::DeviceTimeline timeline(at::kCPU);
+  at::Tensor logits = prefill(decoder, reference, prompt, 0, timeline, nullptr);
+  prefill(decoder, recorded, prompt, 0, timeline, nullptr);
+  StaticDecodeStep fast(decoder, recorded);
+  Comparison out;
+  for (int64_t s = 0; s < steps; ++s) {
+    const int64_t token = logits.argmax().item<int64_t>();
+    const int64_t position = reference.lengths()[0] + position_gap;
+    logits = per_layer_step(decoder, reference, token, position);
+    const at::Tensor got = fast.step(token, position);
+    out.max_error = std::max(out.max_error, (got - logits).abs().max().item<double>());
+    if (fast.greedy_token() != logits.argmax().item<int64_t>()) out.max_error = 1e9;
+  }
+  if (recorded.lengths() != reference.lengths()) out.max_error = 1e9;
+  out.recordings = fast.recordings();
+  return out;
+}
+
+}  // namespace
+
+class StaticDecodeTest : public QObject {
+  Q_OBJECT
+
+  std::map<std::string, LoadedModel> models_;
+  const Decoder& decoder(const std::string& name) { return *models_.at(name).decoder; }
+
+ private Q_SLOTS:
+  void initTestCase() {
+    for (const std::string name : {"qwen2-bias-tied", "llama-gqa"}) {
+      models_.emplace(
+          name, load_model({test::fixture_model(name), "", 0}, choose_device("cpu", "f32"), {}));
+    }
+  }
+
+  void staticStepMatchesPerLayerDecode_data() {
+    QTest::addColumn<QString>("model");
+    QTest::newRow("qwen2-bias-tied") << "qwen2-bias-tied";
+    QTest::newRow("llama-gqa") << "llama-gqa";
+  }
+  void staticStepMatchesPerLayerDecode() {
+    QFETCH(QString, model);
+    const Comparison c = compare_decode(decoder(model.toStdString()), 9, 8, /*capacity=*/40);
+    QVERIFY2(c.max_error <= 1e-5, qPrintable(QString("max |Δlogit| %1").arg(c.max_error)));
+    QCOMPARE(c.recordings, int64_t{1});
+  }
+
+  void staticStepRecordsAgainWhenTheCacheGrows_data() { staticStepMatchesPerLayerDecode_data(); }
+  void staticStepRecordsAgainWhenTheCacheGrows() {
+    QFETCH(QString, model);
+    // Capacity 10 for a 9-token prompt: the second step grows the cache (10 -> 15), the
+    // seventh again (15 -> 22).
+    const Comparison c = compare_decode(decoder(model.toStdString()), 9, 8, /*capacity=*/10);
+    QVERIFY2(c.max_error <= 1e-5, qPrintable(QString("max |Δlogit| %1").arg(c.max_error)));
+    QCOMPARE(c.recordings, int64_t{3});
+  }
+
+  // Positions ahead of the slots (a cache whose keys were moved, e.g. by re-rotation) are
+  // masked by position, not by slot, in both paths.
+  void staticStepMasksByPosition() {
+    const Comparison c = compare_decode(decoder("llama-gqa"), 7, 5, 16, /*position_gap=*/3);
+    QVERIFY2(c.max_error <= 1e-5, qPrintable(QString("max |Δlogit| %1").arg(c.max_error)));
+  }
+
+  void staticStepHonoursTheSlidingWindow() {
+    const Decoder& base = decoder("qwen2-bias-tied");
+    ModelConfig config = base.config();
+    config.sliding_window = 4;
+    const Decoder windowed(config, base.weights(), base.device(), base.dtype());
+    const Comparison c = compare_decode(windowed, 9, 6, 32);
+    QVERIFY2(c.max_error <= 1e-5, qPrintable(QString("max |Δlogit| %1").arg(c.max_error)));
+  }
+
+  void staticStepRejectsTokensOutsideTheVocabulary() {
+    const Decoder& d = decoder("llama-gqa");
+    KvCache cache(shape_of(d.config()), 1, 8, at::kFloat, at::kCPU);
+    StaticDecodeStep fast(d, cache);
+    QVERIFY_EXCEPTION_THROWN(fast.step(d.config().vocab_size, 0), std::out_of_range);
+    QVERIFY_EXCEPTION_THROWN(fast.step(1, d.config().max_positions), std::out_of_range);
+    QCOMPARE(cache.lengths()[0], int64_t{0});
+  }
+
+  // The fused kernels against their CPU references over a grid of shapes (CUDA only).
+  void fusedKernelsMatchReferences() {
+#ifdef ENGRAM_WITH_CUDA
+    if (!at::hasCUDA()) QSKIP("no CUDA device");
+    for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      const double tol = dtype == at::kFloat ? 1e-5 : 1e-2;
+      for (int64_t n : {64, 128, 896, 3584, 5000}) {
+        at::manual_seed(n);
+        const at::Tensor x = at::randn({3, n}).to(dtype);
+        const at::Tensor w = (1 + 0.1 * at::randn({n})).to(dtype);
+        const at::Tensor ref = gpu::rms_norm_reference(x, w, 1e-6).to(at::kFloat);
+        const at::Tensor got = gpu::rms_norm(x.cuda(), w.cuda(), 1e-6).cpu().to(at::kFloat);
+        const double err = (got - ref).abs().max().item<double>();
+        QVERIFY2(err <= tol, qPrintable(QString("rms_norm n=%1: %2").arg(n).arg(err)));
+      }
+      struct Heads {
+        int64_t hq, hkv, d, capacity, slot;
+      };
+      for (const Heads& s : {Heads{28, 4, 128, 4352, 4100}, Heads{14, 2, 64, 17, 0}, Heads {
+                               8,
+                               8,
+                               32,
+                               5,
+                               4
+                             }}) {
+        at::manual_seed(s.capacity);
+        const at::Tensor qkv = at::randn({1, (s.hq + 2 * s.hkv) * s.d}).to(dtype);
+        const at::Tensor angle = at::rand({s.d / 2}) * 3000;
+        const at::Tensor cos = at::cat({angle.cos(), angle.cos()}).to(dtype);
+        const at::Tensor sin = at::cat({angle.sin(), angle.sin()}).to(dtype);
+        const at::Tensor slot = at::full({1}, s.slot, at::kLong);
+        auto parts = [&](const at::Tensor& t) {
+          return std::make_tuple(
+              t.narrow(-1, 0, s.hq * s.d).view({s.hq, s.d}),
+              t.narrow(-1, s.hq * s.d, s.hkv * s.d).view({s.hkv, s.d}),
+              t.narrow(-1, (s.hq + s.hkv) * s.d, s.hkv * s.d).view({s.hkv, s.d}));
+        };
+        at::Tensor q_ref = at::empty({s.hq, s.d}, dtype);
+        at::Tensor k_ref = at::zeros({s.hkv, s.capacity, s.d}, dtype);
+        at::Tensor v_ref = at::zeros({s.hkv, s.capacity, s.d}, dtype);
+        auto [q, k, v] = parts(qkv);
+        gpu::rope_kv_write_reference(q, k, v, cos, sin, slot, q_ref, k_ref, v_ref);
+        const at::Tensor qkv_d = qkv.cuda();
+        auto [qd, kd, vd] = parts(qkv_d);
+        at::Tensor q_got = at::empty({s.hq, s.d}, qkv_d.options());
+        at::Tensor k_got = at::zeros({s.hkv, s.capacity, s.d}, qkv_d.options());
+        at::Tensor v_got = at::zeros({s.hkv, s.capacity, s.d}, qkv_d.options());
+        gpu::rope_kv_write(qd, kd, vd, cos.cuda(), sin.cuda(), slot.cuda(), q_got, k_got, v_got);
+        double err = 0;
+        for (auto [a, b] : {std::pair{q_got, q_ref}, {k_got, k_ref}, { v_got, v_ref }}) {
+          err =
+              std::max(err, (a.cpu().to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>());
+        }
+        QVERIFY2(err <= tol, qPrintable(QString("rope_kv_write hq=%1: %2").arg(s.hq).arg(err)));
+      }
+    }
+#else
+    QSKIP("built without CUDA");
+#endif
+  }
+};
+
+QTEST_GUILESS_MAIN(StaticDecodeTest)
+#include "test_static_decode.moc"
