@@ -27,7 +27,7 @@ for m in llama-gqa qwen2-bias-tied qwen3-qknorm llama3-rope-scaling mistral; do
   g=$($CLI generate --model tests/data/models/$m --ids 1000,5,6,7,8,9,10,11 --max-tokens 48 --ignore-eos --device cuda --dtype bf16 2>>"$OUT/generate.err")
   t=$($CLI generate --model tests/data/models/$m --ids 1000,5,6,7,8,9,10,11 --max-tokens 48 --ignore-eos --device cuda --dtype bf16 --trace /tmp/t.jsonl 2>>"$OUT/generate.err")
   python3 -c "import sys; a,b=sys.argv[2].split(','),sys.argv[3].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'static-vs-per-layer {sys.argv[1]}: {len(a)} vs {len(b)} tokens, identical prefix {n}')" $m "$g" "$t"
-done 2>&1 | tee "$OUT/static_vs_per_layer.txt"
+done 2>&1 | tee "$OUT/static_vs_per_layer.txt"; tail -5 "$OUT/generate.err" 2>/dev/null
 # No --trace here: a traced request keeps the per-layer path (core/engine/generator.cpp).
 $CLI bench decode --shape qwen2.5-7b --device cuda --dtype bf16 --tokens 4096 --decode-tokens 256 --repeat 3 --json "$OUT/engram_decode.json" 2>&1 | tail -2
 python3 bench/peers/hf_bench.py --shape qwen2.5-7b --tokens 4096 --decode-tokens 256 --repeat 3 --json "$OUT/transformers_qwen2.5-7b.json" 2>&1 | tail -2
