@@ -250,6 +250,9 @@ class TestStoreKill : public QObject {
       const std::string broken = check_store(profile, promises, totals);
       QVERIFY2(broken.empty(),
                qPrintable(QStringLiteral("after kill %1: %2").arg(kill).arg(broken.c_str())));
+      if ((kill + 1) % 1000 == 0) {
+        qInfo("%d kills, %zu committed log lines verified so far", kill + 1, promises.lines);
+      }
     }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
