@@ -45,12 +45,13 @@ std::string utc_now() {
 }  // namespace
 
 int run_bench(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[2]) == "restore") return run_bench_restore(argc, argv);
   auto with_value = model_flags_with_value();
   with_value.insert({"tokens", "decode-tokens", "repeat", "json", "trace", "hbm-gbps", "chunk"});
   const Args args(argc, argv, 2, with_value, {});
   const auto pos = args.positional();
   if (pos.size() != 1 || (pos[0] != "prefill" && pos[0] != "decode")) {
-    throw UsageError("bench needs a mode: prefill or decode");
+    throw UsageError("bench needs a mode: prefill, decode or restore");
   }
   const std::string mode = pos[0];
   const int64_t tokens = args.integer("tokens", 4096);

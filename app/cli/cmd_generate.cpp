@@ -3,15 +3,20 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
 #include "core/engine/chat_session.h"
+#include "core/engine/conversation_store.h"
 #include "core/model/model_error.h"
 #include "core/tokenizer/token_stream.h"
 #include "core/trace/trace_file_writer.h"
+#include "storage/database.h"
+#include "storage/profile_paths.h"
 
 namespace engram::cli {
 namespace {
@@ -95,13 +100,50 @@ int run_generate(int argc, char** argv) {
   return 0;
 }
 
+// With --conversation NAME the chat lives in the profile's store (--profile DIR, default
+// storage::default_profile_dir()): a stored conversation resumes from its KV caches (rebuilt from
+// text for another model or a damaged blob) and every turn is saved after its reply.
 int run_chat(int argc, char** argv) {
-  const Args args(argc, argv, 2, generation_flags(), {"ignore-eos"});
+  auto flags = generation_flags();
+  flags.insert({"conversation", "profile"});
+  const Args args(argc, argv, 2, flags, {"ignore-eos"});
+  if (args.has("profile") && !args.has("conversation"))
+    throw UsageError("--profile needs --conversation NAME");
   std::unique_ptr<TraceFileWriter> trace;
   if (args.has("trace")) trace = std::make_unique<TraceFileWriter>(args.str("trace", ""));
   const GenerationOptions options = generation_options(args, trace.get());
+  // The store opens before the model loads, so a profile in use fails fast.
+  std::unique_ptr<storage::Database> db;
+  const std::string conversation = args.str("conversation", "");
+  if (args.has("conversation")) {
+    if (conversation.empty()) throw UsageError("--conversation needs a name");
+    db = std::make_unique<storage::Database>(args.has("profile")
+                                                 ? std::filesystem::path(args.str("profile", ""))
+                                                 : storage::default_profile_dir());
+  }
   LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
   ChatSession session(model, args.str("system", ""));
+  std::optional<ConversationStore> store;
+  if (db) {
+    store.emplace(*db);
+    if (const auto restored = store->restore(conversation, session)) {
+      if (restored->kv_restored) {
+        std::fprintf(stderr, "restored %lld turns, %lld cached tokens (%.1f ms)\n",
+                     static_cast<long long>(restored->utterances),
+                     static_cast<long long>(restored->cached_tokens),
+                     restored->open_ms + restored->install_ms);
+      } else {
+        std::fprintf(stderr,
+                     "restored %lld turns, 0 cached tokens: %s; rebuilt the cache from the text "
+                     "(%lld tokens prefilled, %.1f ms)\n",
+                     static_cast<long long>(restored->utterances), restored->rebuild_reason.c_str(),
+                     static_cast<long long>(restored->prefilled_tokens), restored->rebuild_ms);
+      }
+    } else {
+      std::fprintf(stderr, "new conversation '%s' in %s\n", conversation.c_str(),
+                   db->paths().dir.c_str());
+    }
+  }
   const bool interactive = isatty(STDIN_FILENO);
   if (interactive)
     std::fprintf(stderr, "chatting with %s; an empty line or Ctrl-D ends\n", model.name.c_str());
@@ -122,6 +164,7 @@ int run_chat(int argc, char** argv) {
     });
     std::fputc('\n', stdout);
     print_stats(reply.generation, reply.reused_tokens);
+    if (store) store->save(conversation, session);
   }
   return 0;
 }

@@ -7,6 +7,7 @@ namespace engram::cli {
 int run_generate(int argc, char** argv);
 int run_chat(int argc, char** argv);
 int run_bench(int argc, char** argv);
+int run_bench_restore(int argc, char** argv);  // `bench restore`, dispatched by run_bench
 int run_logits(int argc, char** argv);
 
 }  // namespace engram::cli

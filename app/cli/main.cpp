@@ -15,9 +15,12 @@ void usage() {
       "  generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]\n"
       "           [--top-k K] [--repetition-penalty R] [--seed S] [--device cpu|cuda]\n"
       "           [--dtype f32|bf16|f16] [--trace FILE]\n"
-      "  chat     --model DIR [--system TEXT] [flags as generate]  (reads turns from stdin)\n"
+      "  chat     --model DIR [--system TEXT] [--conversation NAME [--profile DIR]]\n"
+      "           [flags as generate]  (reads turns from stdin; --conversation resumes and saves)\n"
       "  bench    prefill|decode (--model DIR | --shape NAME) [--tokens N] [--decode-tokens N]\n"
       "           [--device cuda] [--repeat N] [--json FILE] [--trace FILE]\n"
+      "  bench    restore --model DIR [--history-tokens N] [--turn-tokens N] [--repeat N]\n"
+      "           [--json FILE]  (first token after restoring KV vs re-prefilling the text)\n"
       "  logits   --model DIR --ids 1,523,87 [--out FILE.npy]\n",
       stderr);
 }

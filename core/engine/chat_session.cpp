@@ -1,8 +1,12 @@
 #include "core/engine/chat_session.h"
 
+#include <stdexcept>
+#include <string>
+
 #include "core/model/model_error.h"
 #include "core/tokenizer/stop_strings.h"
 #include "core/tokenizer/token_stream.h"
+#include "gpu/device_timeline.h"
 
 namespace engram {
 
@@ -18,6 +22,61 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt) : model_
 
 void ChatSession::set_history(std::vector<ChatMessage> messages) {
   messages_ = std::move(messages);
+}
+
+void ChatSession::adopt_cache(std::unique_ptr<KvCache> cache, std::vector<int64_t> cached_ids) {
+  const KvCacheShape want = cache_->shape();
+  const KvCacheShape got = cache ? cache->shape() : KvCacheShape{};
+  const auto problem = [&]() -> std::string {
+    if (!cache) return "no cache";
+    if (got.layers != want.layers || got.kv_heads != want.kv_heads ||
+        got.head_dim != want.head_dim) {
+      return "shape [layers " + std::to_string(got.layers) + ", kv heads " +
+             std::to_string(got.kv_heads) + ", head dim " + std::to_string(got.head_dim) +
+             "], the model needs [" + std::to_string(want.layers) + ", " +
+             std::to_string(want.kv_heads) + ", " + std::to_string(want.head_dim) + "]";
+    }
+    if (cache->dtype() != cache_->dtype() || cache->device() != cache_->device()) {
+      return std::string("dtype/device ") + c10::toString(cache->dtype()) + " " +
+             cache->device().str() + ", the model runs " + c10::toString(cache_->dtype()) + " " +
+             cache_->device().str();
+    }
+    if (cache->batch() != 1 || cache->lengths()[0] != static_cast<int64_t>(cached_ids.size())) {
+      return "a cache of " + std::to_string(cache->lengths()[0]) + " tokens for " +
+             std::to_string(cached_ids.size()) + " token ids";
+    }
+    if (static_cast<int64_t>(cached_ids.size()) + 1 > model_.config.max_positions) {
+      return std::to_string(cached_ids.size()) + " tokens exceed the model's " +
+             std::to_string(model_.config.max_positions) + " positions";
+    }
+    return {};
+  }();
+  if (!problem.empty()) throw std::invalid_argument("ChatSession::adopt_cache: " + problem);
+  cache_ = std::move(cache);
+  cached_ids_ = std::move(cached_ids);
+}
+
+int64_t ChatSession::prefill_history(int64_t chunk) {
+  if (messages_.empty()) return 0;
+  const std::vector<int32_t> rendered =
+      model_.chat_template->encode(*model_.tokenizer, messages_, /*add_generation_prompt=*/false);
+  const std::vector<int64_t> ids(rendered.begin(), rendered.end());
+  if (static_cast<int64_t>(ids.size()) + 1 > model_.config.max_positions) {
+    throw std::out_of_range("the history has " + std::to_string(ids.size()) +
+                            " tokens; the model's maximum is " +
+                            std::to_string(model_.config.max_positions) + " positions");
+  }
+  size_t common = 0;
+  while (common < cached_ids_.size() && common < ids.size() && cached_ids_[common] == ids[common])
+    ++common;
+  cache_->truncate(0, static_cast<int64_t>(common));
+  cached_ids_.resize(common);
+  const std::vector<int64_t> fresh(ids.begin() + static_cast<std::ptrdiff_t>(common), ids.end());
+  if (fresh.empty()) return 0;
+  gpu::DeviceTimeline timeline(cache_->device());
+  (void)prefill(*model_.decoder, *cache_, fresh, chunk, timeline, nullptr);
+  cached_ids_ = ids;
+  return static_cast<int64_t>(fresh.size());
 }
 
 ChatReply ChatSession::reply(const std::string& user_text, const GenerationOptions& options,

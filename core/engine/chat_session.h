@@ -40,6 +40,19 @@ class ChatSession {
   const std::vector<ChatMessage>& history() const { return messages_; }
   const KvCache& cache() const { return *cache_; }
   int64_t cached_tokens() const { return static_cast<int64_t>(cached_ids_.size()); }
+  // The tokens whose KV is in cache(), in order: prompts and the generated tokens fed back,
+  // which need not equal a re-tokenization of the reply text (a store saves them with the KV).
+  const std::vector<int64_t>& cached_ids() const { return cached_ids_; }
+  const LoadedModel& model() const { return model_; }
+
+  // Installs KV computed earlier for this model (a restored conversation): row 0 of `cache`
+  // holds the KV of `cached_ids`. The next reply reuses it like its own cache. Throws
+  // std::invalid_argument when layers, heads, head size, dtype, device or length do not fit;
+  // the session is then unchanged.
+  void adopt_cache(std::unique_ptr<KvCache> cache, std::vector<int64_t> cached_ids);
+  // Prefills the rendered history (without a generation prompt) past the cached prefix, so the
+  // next reply computes only its own turn; returns the tokens prefilled (a rebuild from text).
+  int64_t prefill_history(int64_t chunk = 512);
 
  private:
   ChatReply generate_reply(const GenerationOptions& options,
