@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -74,10 +75,21 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> ids;
   for (const Conversation& c : conversations.list())
     ids.push_back(c.id);
+  std::sort(ids.begin(), ids.end());  // oldest first
   std::uint64_t generation = seed << 20;
 
   for (std::uint64_t step = 0;; ++step) {
     const unsigned choice = random() % 100;
+    // Deletes keep the profile at most kMaxConversations big, so each check after a kill costs
+    // about the same however many kills came before.
+    if ((choice < 10 && ids.size() >= kMaxConversations) || (choice >= 96 && ids.size() > 2)) {
+      const std::int64_t oldest = ids.front();
+      log_line(log, "D? " + std::to_string(oldest));
+      conversations.remove(oldest);
+      ids.erase(ids.begin());
+      log_line(log, "D " + std::to_string(oldest));
+      continue;
+    }
     if (ids.empty() || choice < 10) {
       const std::string name = "k" + std::to_string(seed) + "-" + std::to_string(step);
       const std::string first = text_of(random, "system prompt of " + name);
@@ -105,7 +117,7 @@ int main(int argc, char** argv) {
       const MemorySegment s = memory.upsert_segment(id, "object", key, text, step);
       log_line(log, "S " + std::to_string(id) + " " + key + " " + std::to_string(s.version) + " " +
                         std::to_string(hash(text)));
-    } else if (choice < 96) {
+    } else {
       const std::int64_t unit = random() % 3;
       const std::int32_t layer_begin = (random() % 2) * 4;
       const std::int64_t tokens = 1 + random() % 256;  // up to 128 KiB of fp16
@@ -122,12 +134,6 @@ int main(int argc, char** argv) {
       log_line(log, "B " + std::to_string(id) + " " + std::to_string(unit) + " " +
                         std::to_string(layer_begin) + " " + std::to_string(layer_begin + 4) + " " +
                         std::to_string(generation) + " " + std::to_string(record.checksum));
-    } else if (ids.size() > kMaxConversations) {
-      const std::int64_t oldest = ids.front();
-      log_line(log, "D? " + std::to_string(oldest));
-      conversations.remove(oldest);
-      ids.erase(ids.begin());
-      log_line(log, "D " + std::to_string(oldest));
     }
   }
 }
