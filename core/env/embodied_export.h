@@ -1,0 +1,34 @@
+// Training and evaluation data for the embodied world: sessions from consecutive seeds, run by
+// the expert in closed loop, one JSON line per step:
+//   {"prompt": ..., "target": "pick up apple_1", "task_type": "cool_and_place", "seed": 7,
+//    "task_index": 2, "step": 31}
+// `step` counts the session's steps (0-based, the step the target is taken at). Seeds are the
+// split: train on [0, N) and hold out seeds past it.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+
+#include "core/env/embodied_prompt.h"
+
+namespace engram::env {
+
+struct EmbodiedExportOptions {
+  uint64_t first_seed = 0;
+  int sessions = 100;
+  int tasks_per_session = 5;
+  int max_steps_per_task = 60;
+  EmbodiedPromptOptions prompt;
+};
+
+struct EmbodiedExportStats {
+  int64_t lines = 0;
+  int64_t tasks = 0;
+  int64_t tasks_solved = 0;
+  int64_t max_prompt_chars = 0;
+  double mean_prompt_chars = 0;
+};
+
+EmbodiedExportStats export_embodied(const EmbodiedExportOptions& options, std::ostream& out);
+
+}  // namespace engram::env
