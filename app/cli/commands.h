@@ -9,5 +9,8 @@ int run_chat(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_bench_restore(int argc, char** argv);  // `bench restore`, dispatched by run_bench
 int run_logits(int argc, char** argv);
+int run_sim(int argc, char** argv);              // the household simulator, interactive
+int run_export_embodied(int argc, char** argv);  // `export embodied`: expert training data
+int run_eval_embodied(int argc, char** argv);    // `eval embodied`: the model as planner
 
 }  // namespace engram::cli

@@ -21,7 +21,11 @@ void usage() {
       "           [--device cuda] [--repeat N] [--json FILE] [--trace FILE]\n"
       "  bench    restore --model DIR [--history-tokens N] [--turn-tokens N] [--repeat N]\n"
       "           [--json FILE]  (first token after restoring KV vs re-prefilling the text)\n"
-      "  logits   --model DIR --ids 1,523,87 [--out FILE.npy]\n",
+      "  logits   --model DIR --ids 1,523,87 [--out FILE.npy]\n"
+      "  sim      [--seed S] [--tasks N] [--max-steps N]   (type actions; stdin when piped)\n"
+      "  export embodied [--out FILE|-] [--sessions N] [--seed S] [--tasks N]\n"
+      "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy full]\n"
+      "           [--device D] [--json FILE]\n",
       stderr);
 }
 
@@ -38,6 +42,11 @@ int main(int argc, char** argv) {
     if (command == "chat") return engram::cli::run_chat(argc, argv);
     if (command == "bench") return engram::cli::run_bench(argc, argv);
     if (command == "logits") return engram::cli::run_logits(argc, argv);
+    if (command == "sim") return engram::cli::run_sim(argc, argv);
+    const std::string sub = argc > 2 ? argv[2] : "";
+    if (command == "export" && sub == "embodied")
+      return engram::cli::run_export_embodied(argc, argv);
+    if (command == "eval" && sub == "embodied") return engram::cli::run_eval_embodied(argc, argv);
     std::fprintf(stderr, "engram-cli: unknown command '%s'\n", command.c_str());
     usage();
     return 2;
