@@ -1,0 +1,301 @@
+// engram-cli export conversation and eval conversation: training data from the conversation
+// world, and QA accuracy (exact match and token F1 per question type) of a model over held-out
+// conversations with the full KV cache, with time to first token per question.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "app/cli/model_loading.h"
+#include "core/engine/generator.h"
+#include "core/env/conversation_format.h"
+#include "core/env/conversation_generator.h"
+#include "core/env/conversation_jsonl.h"
+#include "core/env/conversation_qa_metrics.h"
+#include "core/model/model_error.h"
+#include "core/tokenizer/token_stream.h"
+
+namespace engram::cli {
+namespace {
+
+using env::Conversation;
+using env::ConversationConfig;
+
+ConversationConfig conversation_config(const Args& args, uint64_t seed) {
+  ConversationConfig c;
+  c.seed = seed;
+  c.min_tokens = args.integer("min-tokens", c.min_tokens);
+  c.max_tokens = args.integer("max-tokens", c.max_tokens);
+  c.questions_per_type = static_cast<int32_t>(args.integer("questions-per-type", 3));
+  if (c.min_tokens < 1 || c.max_tokens < c.min_tokens)
+    throw UsageError("need 1 <= --min-tokens <= --max-tokens");
+  if (c.questions_per_type < 1) throw UsageError("--questions-per-type must be at least 1");
+  return c;
+}
+
+int64_t positive(const Args& args, const std::string& name, int64_t fallback) {
+  const int64_t v = args.integer(name, fallback);
+  if (v < 1) throw UsageError("--" + name + " must be at least 1");
+  return v;
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<int64_t> ids;
+  if (tokenizer.bos_id() >= 0) ids.push_back(tokenizer.bos_id());
+  for (int32_t id : tokenizer.encode(text))
+    ids.push_back(id);
+  return ids;
+}
+
+// Makes `cache` hold exactly `ids` (keeping the common prefix with `cached`); returns the
+// prefill time of what had to be added.
+double sync_cache(const Decoder& decoder, KvCache& cache, std::vector<int64_t>& cached,
+                  const std::vector<int64_t>& ids) {
+  size_t common = 0;
+  while (common < cached.size() && common < ids.size() && cached[common] == ids[common])
+    ++common;
+  cache.truncate(0, static_cast<int64_t>(common));
+  cached.resize(common);
+  if (common == ids.size()) return 0;
+  GenerationOptions fill;
+  fill.max_new_tokens = 1;
+  const std::vector<int64_t> rest(ids.begin() + static_cast<std::ptrdiff_t>(common), ids.end());
+  const GenerationResult r = generate(decoder, cache, cached, rest, fill, {});
+  cache.truncate(0, std::min<int64_t>(cache.lengths()[0], static_cast<int64_t>(ids.size())));
+  cached = ids;
+  return r.prefill_ms;
+}
+
+nlohmann::json score_json(const env::QaScore& s) {
+  return {{"count", s.count}, {"exact_match", s.exact_match}, {"f1", s.f1}};
+}
+
+}  // namespace
+
+int run_export_conversation(int argc, char** argv) {
+  const Args args(argc, argv, 3,
+                  {"conversations", "seed", "out", "min-tokens", "max-tokens", "questions-per-type",
+                   "chat-per-conversation", "max-prompt-tokens", "save-conversations"},
+                  {});
+  const int64_t count = positive(args, "conversations", 100);
+  const int64_t first = args.integer("seed", 1);
+  if (first < 0) throw UsageError("--seed must not be negative");
+  if (static_cast<uint64_t>(first + count) > env::kHeldOutSeedBase)
+    throw UsageError("seeds " + std::to_string(first) + ".." + std::to_string(first + count - 1) +
+                     " reach the held-out evaluation seeds (from " +
+                     std::to_string(env::kHeldOutSeedBase) + ")");
+  env::FormatOptions format;
+  format.chat_examples_per_conversation =
+      static_cast<int32_t>(args.integer("chat-per-conversation", 8));
+  format.max_prompt_tokens = positive(args, "max-prompt-tokens", format.max_prompt_tokens);
+  const std::string out_path = args.required("out");
+  std::ofstream out(out_path);
+  if (!out) throw std::runtime_error(out_path + ": cannot open for writing");
+
+  std::map<std::string, int64_t> per_type;
+  int64_t tokens = 0, questions = 0, records = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t seed = static_cast<uint64_t>(first + i);
+    const Conversation c = env::generate_conversation(conversation_config(args, seed));
+    if (args.has("save-conversations"))
+      env::save_conversation(
+          args.str("save-conversations", "") + "/conversation-" + std::to_string(seed), c);
+    tokens += env::conversation_tokens(c);
+    questions += static_cast<int64_t>(c.questions.size());
+    for (const auto& examples : {env::qa_examples(c, format), env::chat_examples(c, format)}) {
+      for (const env::TrainingExample& e : examples) {
+        env::write_training_example(out, e);
+        ++per_type[e.type];
+        ++records;
+      }
+    }
+  }
+  out.flush();
+  if (!out) throw std::runtime_error(out_path + ": write failed");
+  std::fprintf(stderr,
+               "%lld conversations (seeds %lld..%lld), %.0f estimated tokens each, "
+               "%lld questions -> %lld records in %s:",
+               static_cast<long long>(count), static_cast<long long>(first),
+               static_cast<long long>(first + count - 1),
+               static_cast<double>(tokens) / static_cast<double>(count),
+               static_cast<long long>(questions), static_cast<long long>(records),
+               out_path.c_str());
+  for (const auto& [type, n] : per_type)
+    std::fprintf(stderr, " %s %lld", type.c_str(), static_cast<long long>(n));
+  std::fprintf(stderr, "\n");
+  return 0;
+}
+
+int run_eval_conversation(int argc, char** argv) {
+  auto with_value = model_flags_with_value();
+  with_value.insert({"episodes", "policy", "json", "min-tokens", "max-tokens", "questions-per-type",
+                     "max-answer-tokens"});
+  const Args args(argc, argv, 3, with_value, {});
+  const std::string policy = args.str("policy", "full");
+  if (policy != "full")
+    throw UsageError("--policy '" + policy + "' is not available yet; only 'full' (the whole " +
+                     "history in the KV cache) is");
+  const int64_t episodes = positive(args, "episodes", 20);
+  const int64_t first = args.integer("seed", static_cast<int64_t>(env::kHeldOutSeedBase));
+  if (first < 0) throw UsageError("--seed must not be negative");
+  if (static_cast<uint64_t>(first) < env::kHeldOutSeedBase)
+    std::fprintf(stderr, "warning: seeds below %llu are the training split\n",
+                 static_cast<unsigned long long>(env::kHeldOutSeedBase));
+  const int64_t max_answer = positive(args, "max-answer-tokens", 16);
+  // Validate the conversation flags before the (slow) model load.
+  conversation_config(args, static_cast<uint64_t>(first));
+
+  LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
+  if (!model.tokenizer)
+    throw ModelError(args.str("model", ""),
+                     "eval conversation needs tokenizer.model in the folder");
+  const Tokenizer& tokenizer = *model.tokenizer;
+  const Decoder& decoder = *model.decoder;
+  const ModelConfig& mc = model.config;
+
+  env::QaTally tally;
+  std::vector<double> ttft;
+  nlohmann::json details = nlohmann::json::array();
+  int64_t truncated = 0, evidence_cut = 0, history_tokens_sum = 0;
+  double prefill_ms_sum = 0;
+  for (int64_t episode = 0; episode < episodes; ++episode) {
+    const uint64_t seed = static_cast<uint64_t>(first + episode);
+    const Conversation c = env::generate_conversation(conversation_config(args, seed));
+    const auto& u = c.utterances;
+    size_t longest_suffix = 0;
+    for (const env::Question& q : c.questions)
+      longest_suffix =
+          std::max(longest_suffix, tokenizer.encode(env::qa_question_suffix(q.question)).size());
+    // Whole sessions leave from the front when the model's context cannot hold the history.
+    size_t begin = 0;
+    std::vector<int64_t> history = encode_prompt(tokenizer, env::qa_history_prompt(u, 0, u.size()));
+    while (static_cast<int64_t>(history.size() + longest_suffix + 2) + max_answer >
+           mc.max_positions) {
+      const int32_t session = u[begin].session;
+      while (begin < u.size() && u[begin].session == session)
+        ++begin;
+      if (begin == u.size())
+        throw std::runtime_error("a single session does not fit the model's " +
+                                 std::to_string(mc.max_positions) + " positions");
+      history = encode_prompt(tokenizer, env::qa_history_prompt(u, begin, u.size()));
+    }
+    truncated += begin > 0;
+    history_tokens_sum += static_cast<int64_t>(history.size());
+
+    KvCache cache({mc.num_layers, mc.num_kv_heads, mc.head_dim}, 1, mc.max_positions,
+                  decoder.dtype(), decoder.device());
+    std::vector<int64_t> cached;
+    prefill_ms_sum += sync_cache(decoder, cache, cached, history);
+
+    for (const env::Question& q : c.questions) {
+      const std::vector<int64_t> prompt =
+          encode_prompt(tokenizer, env::qa_history_prompt(u, begin, u.size()) +
+                                       env::qa_question_suffix(q.question));
+      size_t common = 0;
+      while (common < cached.size() && common + 1 < prompt.size() &&
+             cached[common] == prompt[common])
+        ++common;
+      cache.truncate(0, static_cast<int64_t>(common));
+      cached.resize(common);
+      GenerationOptions options;
+      options.max_new_tokens = max_answer;  // greedy: temperature 0 is the default
+      const std::vector<int64_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(common),
+                                       prompt.end());
+      TokenStream stream(tokenizer);
+      std::string text;
+      const GenerationResult r = generate(decoder, cache, cached, fresh, options, [&](int64_t t) {
+        text += stream.push(static_cast<int32_t>(t));
+        return text.find('\n') == std::string::npos;
+      });
+      if (r.stop_reason != "stop") text += stream.finish();
+      std::string answer = text.substr(0, text.find('\n'));
+      answer.erase(0, answer.find_first_not_of(" \t"));
+      answer.erase(answer.find_last_not_of(" \t\r") + 1);
+      // Back to the history alone for the next question (a re-prefill, if the prompt's tokens
+      // diverged from the history's before its end, is no question's time).
+      sync_cache(decoder, cache, cached, history);
+
+      tally.add(q.type, answer, q.answer);
+      ttft.push_back(r.time_to_first_token_ms);
+      const bool cut = std::any_of(q.evidence.begin(), q.evidence.end(),
+                                   [&](int64_t e) { return e < static_cast<int64_t>(begin); });
+      evidence_cut += cut;
+      details.push_back({{"seed", seed},
+                         {"type", env::question_type_name(q.type)},
+                         {"question", q.question},
+                         {"gold", q.answer},
+                         {"prediction", answer},
+                         {"exact_match", env::exact_match(answer, q.answer)},
+                         {"f1", env::token_f1(answer, q.answer)},
+                         {"evidence_cut", cut},
+                         {"prompt_tokens", prompt.size()},
+                         {"time_to_first_token_ms", r.time_to_first_token_ms}});
+    }
+  }
+
+  const env::QaScore all = tally.overall();
+  double ttft_mean = 0;
+  for (double t : ttft)
+    ttft_mean += t / static_cast<double>(ttft.size());
+  nlohmann::json per_type = nlohmann::json::object();
+  std::printf("%-18s %6s %8s %8s\n", "type", "count", "EM", "F1");
+  for (const auto& [type, s] : tally.per_type()) {
+    per_type[env::question_type_name(type)] = score_json(s);
+    std::printf("%-18s %6lld %8.3f %8.3f\n", env::question_type_name(type),
+                static_cast<long long>(s.count), s.exact_match, s.f1);
+  }
+  std::printf("%-18s %6lld %8.3f %8.3f\n", "all", static_cast<long long>(all.count),
+              all.exact_match, all.f1);
+  std::printf(
+      "time to first token: mean %.1f ms, p50 %.1f ms, p95 %.1f ms (history in the KV "
+      "cache, question prefilled); history %.0f tokens, prefill %.1f ms per conversation; "
+      "%lld of %lld conversations cut to fit %lld positions, %lld questions lost evidence\n",
+      ttft_mean, percentile(ttft, 0.5), percentile(ttft, 0.95),
+      static_cast<double>(history_tokens_sum) / static_cast<double>(episodes),
+      prefill_ms_sum / static_cast<double>(episodes), static_cast<long long>(truncated),
+      static_cast<long long>(episodes), static_cast<long long>(mc.max_positions),
+      static_cast<long long>(evidence_cut));
+
+  if (args.has("json")) {
+    const nlohmann::json j = {
+        {"model", model.name},
+        {"policy", policy},
+        {"device", decoder.device().str()},
+        {"dtype", c10::toString(decoder.dtype())},
+        {"episodes", episodes},
+        {"first_seed", first},
+        {"min_tokens", args.integer("min-tokens", ConversationConfig{}.min_tokens)},
+        {"max_tokens", args.integer("max-tokens", ConversationConfig{}.max_tokens)},
+        {"questions", all.count},
+        {"exact_match", all.exact_match},
+        {"f1", all.f1},
+        {"per_type", per_type},
+        {"time_to_first_token_ms",
+         {{"mean", ttft_mean},
+          {"p50", percentile(ttft, 0.5)},
+          {"p95", percentile(ttft, 0.95)},
+          {"max", ttft.empty() ? 0.0 : *std::max_element(ttft.begin(), ttft.end())}}},
+        {"history_tokens_mean",
+         static_cast<double>(history_tokens_sum) / static_cast<double>(episodes)},
+        {"history_prefill_ms_mean", prefill_ms_sum / static_cast<double>(episodes)},
+        {"conversations_cut_to_fit", truncated},
+        {"questions_with_evidence_cut", evidence_cut},
+        {"answers", details}};
+    const std::string path = args.str("json", "");
+    std::ofstream out(path);
+    out << j.dump(2) << '\n';
+    if (!out) throw std::runtime_error(path + ": write failed");
+  }
+  return 0;
+}
+
+}  // namespace engram::cli
