@@ -17,6 +17,8 @@
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
+#include "gpu/rms_norm.h"
+#include "gpu/rope_kv_write.h"
 #include "gpu/rope_rotate.h"
 
 using namespace engram;
@@ -51,6 +53,70 @@ nlohmann::json check_rope_rotate(bool& ok) {
                        {"max_abs_error", err},
                        {"tolerance", tol}});
       }
+    }
+  }
+  return out;
+}
+
+// The fused kernels of the recorded decode step against their CPU references (the same grid as
+// tests/test_static_decode.cpp, which cannot run where there is no GPU).
+nlohmann::json check_fused_kernels(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const double tol = dtype == at::kFloat ? 1e-5 : 1e-2;
+    for (int64_t n : {64, 128, 896, 3584, 5000}) {
+      at::manual_seed(n);
+      const at::Tensor x = at::randn({3, n}).to(dtype);
+      const at::Tensor w = (1 + 0.1 * at::randn({n})).to(dtype);
+      const at::Tensor ref = gpu::rms_norm_reference(x, w, 1e-6).to(at::kFloat);
+      const at::Tensor got = gpu::rms_norm(x.cuda(), w.cuda(), 1e-6).cpu().to(at::kFloat);
+      const double err = (got - ref).abs().max().item<double>();
+      ok = ok && err <= tol;
+      out.push_back({{"kernel", "rms_norm"},
+                     {"dtype", c10::toString(dtype)},
+                     {"hidden", n},
+                     {"max_abs_error", err},
+                     {"tolerance", tol}});
+    }
+    struct Heads {
+      int64_t hq, hkv, d, capacity, slot;
+    };
+    for (const Heads& s :
+         {Heads{28, 4, 128, 4352, 4100}, Heads{14, 2, 64, 17, 0}, Heads{8, 8, 32, 5, 4}}) {
+      at::manual_seed(s.capacity);
+      const at::Tensor qkv = at::randn({1, (s.hq + 2 * s.hkv) * s.d}).to(dtype);
+      const at::Tensor angle = at::rand({s.d / 2}) * 3000;
+      const at::Tensor cos = at::cat({angle.cos(), angle.cos()}).to(dtype);
+      const at::Tensor sin = at::cat({angle.sin(), angle.sin()}).to(dtype);
+      const at::Tensor slot = at::full({1}, s.slot, at::kLong);
+      auto parts = [&](const at::Tensor& t) {
+        return std::make_tuple(t.narrow(-1, 0, s.hq * s.d).view({s.hq, s.d}),
+                               t.narrow(-1, s.hq * s.d, s.hkv * s.d).view({s.hkv, s.d}),
+                               t.narrow(-1, (s.hq + s.hkv) * s.d, s.hkv * s.d).view({s.hkv, s.d}));
+      };
+      at::Tensor q_ref = at::empty({s.hq, s.d}, dtype);
+      at::Tensor k_ref = at::zeros({s.hkv, s.capacity, s.d}, dtype);
+      at::Tensor v_ref = at::zeros({s.hkv, s.capacity, s.d}, dtype);
+      auto [q, k, v] = parts(qkv);
+      gpu::rope_kv_write_reference(q, k, v, cos, sin, slot, q_ref, k_ref, v_ref);
+      const at::Tensor qkv_d = qkv.cuda();
+      auto [qd, kd, vd] = parts(qkv_d);
+      at::Tensor q_got = at::empty({s.hq, s.d}, qkv_d.options());
+      at::Tensor k_got = at::zeros({s.hkv, s.capacity, s.d}, qkv_d.options());
+      at::Tensor v_got = at::zeros({s.hkv, s.capacity, s.d}, qkv_d.options());
+      gpu::rope_kv_write(qd, kd, vd, cos.cuda(), sin.cuda(), slot.cuda(), q_got, k_got, v_got);
+      double err = 0;
+      for (auto [a, b] : {std::pair{q_got, q_ref}, {k_got, k_ref}, {v_got, v_ref}}) {
+        err = std::max(err, (a.cpu().to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>());
+      }
+      ok = ok && err <= tol;
+      out.push_back({{"kernel", "rope_kv_write"},
+                     {"dtype", c10::toString(dtype)},
+                     {"q_heads", s.hq},
+                     {"kv_heads", s.hkv},
+                     {"head_dim", s.d},
+                     {"max_abs_error", err},
+                     {"tolerance", tol}});
     }
   }
   return out;
@@ -187,6 +253,7 @@ int main(int argc, char** argv) {
   out["device"] = gpu::device_info(at::Device(at::kCUDA, 0)).name;
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
+  out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
   out["pinned_host_source"] = check_pinned_source(shape, prefix, tokens, ok);
   out["ok"] = ok;
   std::printf("%s\n", out.dump(2).c_str());
