@@ -1,15 +1,444 @@
 #include "ui/main_window.h"
 
+#include <QAction>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDockWidget>
+#include <QDoubleSpinBox>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QKeySequence>
 #include <QLabel>
+#include <QMenuBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QShortcut>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QThread>
+#include <QToolBar>
+#include <QVBoxLayout>
+
+#include "ui/chat_view.h"
+#include "ui/conversation_list.h"
+#include "ui/engine_events.h"
+#include "ui/engine_worker.h"
+#include "ui/memory_inspector.h"
+#include "ui/message_input.h"
+#include "ui/model_bar.h"
+#include "ui/timeline_panel.h"
 
 namespace engram::ui {
 
-MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
+    : QMainWindow(parent), options_(std::move(options)) {
   setWindowTitle(QStringLiteral("Engram"));
-  auto* label = new QLabel(tr("Engram — memory as KV caches"), this);
-  label->setAlignment(Qt::AlignCenter);
-  setCentralWidget(label);
-  resize(1100, 720);
+  setObjectName(QStringLiteral("engramMainWindow"));
+  settings_ = options_.settings_file.isEmpty()
+                  ? new QSettings(this)
+                  : new QSettings(options_.settings_file, QSettings::IniFormat, this);
+
+  model_bar_ = new ModelBar(this);
+  auto* toolbar = addToolBar(tr("Model"));
+  toolbar->setObjectName(QStringLiteral("modelToolBar"));
+  toolbar->setMovable(false);
+  toolbar->addWidget(model_bar_);
+
+  conversations_ = new ConversationList(this);
+  chat_ = new ChatView(this);
+  banner_ = new QLabel(this);
+  banner_->setObjectName(QStringLiteral("errorBanner"));
+  banner_->setWordWrap(true);
+  banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  banner_->setStyleSheet(
+      QStringLiteral("QLabel { background: #fde8e6; color: #7a1c14; border: 1px solid #e0a09a; "
+                     "border-radius: 4px; padding: 6px; }"));
+  banner_->setVisible(false);
+  input_ = new MessageInput(this);
+  send_ = new QPushButton(tr("Send"), this);
+  send_->setObjectName(QStringLiteral("sendButton"));
+  send_->setMinimumWidth(80);
+  auto* input_row = new QHBoxLayout;
+  input_row->addWidget(input_, 1);
+  input_row->addWidget(send_, 0, Qt::AlignBottom);
+  auto* chat_column = new QWidget(this);
+  auto* chat_layout = new QVBoxLayout(chat_column);
+  chat_layout->setContentsMargins(0, 0, 6, 6);
+  chat_layout->addWidget(banner_);
+  chat_layout->addWidget(chat_, 1);
+  chat_layout->addLayout(input_row);
+  input_->setMaximumHeight(input_->sizeHint().height() * 2);
+
+  auto* splitter = new QSplitter(this);
+  splitter->setObjectName(QStringLiteral("mainSplitter"));
+  splitter->addWidget(conversations_);
+  splitter->addWidget(chat_column);
+  splitter->setStretchFactor(1, 1);
+  splitter->setSizes({230, 700});
+  setCentralWidget(splitter);
+
+  timeline_ = new TimelinePanel(this);
+  inspector_ = new MemoryInspector(this);
+  build_menus();
+  add_panel(QStringLiteral("memory"), tr("Memory inspector"), inspector_, Qt::RightDockWidgetArea);
+  add_panel(QStringLiteral("timeline"), tr("Layer timeline"), timeline_, Qt::BottomDockWidgetArea);
+  setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowTabbedDocks |
+                 QMainWindow::AllowNestedDocks);
+  statusBar()->showMessage(tr("Opening profile…"));
+
+  events_ = new EngineEvents(this);
+  worker_ = new EngineWorker(options_.profile_dir, events_);
+  thread_ = start_engine_thread(worker_, this);
+  connect_worker();
+
+  connect(send_, &QPushButton::clicked, this, [this] { busy_ ? stop() : send(); });
+  connect(input_, &MessageInput::submitted, this, &MainWindow::send);
+  connect(chat_, &ChatView::regenerateRequested, this, &MainWindow::regenerate);
+  connect(model_bar_, &ModelBar::loadRequested, this, &MainWindow::loadModel);
+  connect(conversations_, &ConversationList::newRequested, this, &MainWindow::newConversation);
+  connect(conversations_, &ConversationList::openRequested, this, [this](qint64 id) {
+    if (busy_) {
+      showError(tr("Wait for the answer (or press Esc) before switching conversations."));
+      conversations_->set_current(current_);
+      return;
+    }
+    QMetaObject::invokeMethod(worker_, [w = worker_, id] { w->openConversation(id); });
+  });
+  connect(conversations_, &ConversationList::renameRequested, this,
+          [this](qint64 id, const QString& name) {
+            QMetaObject::invokeMethod(worker_,
+                                      [w = worker_, id, name] { w->renameConversation(id, name); });
+          });
+  connect(conversations_, &ConversationList::deleteRequested, this, [this](qint64 id) {
+    if (busy_ && id == current_) {
+      showError(tr("Stop the answer before deleting its conversation."));
+      return;
+    }
+    QMetaObject::invokeMethod(worker_, [w = worker_, id] { w->deleteConversation(id); });
+  });
+  connect(conversations_, &ConversationList::searchChanged, this, [this] { refresh_list(); });
+
+  auto* esc = new QShortcut(QKeySequence(Qt::Key_Escape), this);
+  esc->setContext(Qt::WindowShortcut);
+  connect(esc, &QShortcut::activated, this, &MainWindow::stop);
+
+  restore_settings();
+  QMetaObject::invokeMethod(worker_, &EngineWorker::openProfile);
+  if (options_.load_model) loadModel(model_bar_->request());
+  input_->setFocus();
+}
+
+MainWindow::~MainWindow() {
+  save_settings();
+  stop_engine_thread(worker_, thread_);
+}
+
+void MainWindow::build_menus() {
+  auto* file = menuBar()->addMenu(tr("&File"));
+  auto* new_action = file->addAction(tr("&New conversation"), this, &MainWindow::newConversation);
+  new_action->setShortcut(QKeySequence::New);
+  file->addAction(tr("Open &trace file…"), timeline_, &TimelinePanel::loadTraceFile);
+  file->addSeparator();
+  auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
+  quit->setShortcut(QKeySequence::Quit);
+  auto* chat = menuBar()->addMenu(tr("&Chat"));
+  auto* stop_action = chat->addAction(tr("&Stop generating"), this, &MainWindow::stop);
+  stop_action->setShortcut(Qt::Key_Escape);
+  stop_action->setShortcutContext(Qt::WidgetShortcut);  // Esc is the window shortcut above
+  chat->addAction(tr("&Regenerate last answer"), this, &MainWindow::regenerate);
+  chat->addAction(tr("S&ampling…"), this, &MainWindow::edit_sampling);
+  auto* view = menuBar()->addMenu(tr("&View"));
+  panels_menu_ = view->addMenu(tr("&Panels"));
+}
+
+QDockWidget* MainWindow::add_panel(const QString& id, const QString& title, QWidget* panel,
+                                   Qt::DockWidgetArea area) {
+  auto* dock = new QDockWidget(title, this);
+  dock->setObjectName(QStringLiteral("panel_") + id);
+  dock->setWidget(panel);
+  dock->setAllowedAreas(Qt::AllDockWidgetAreas);
+  addDockWidget(area, dock);
+  panels_.insert(id, dock);
+  if (panels_menu_) panels_menu_->addAction(dock->toggleViewAction());
+  return dock;
+}
+
+void MainWindow::connect_worker() {
+  connect(worker_, &EngineWorker::profileOpened, this, [this](const QString& dir) {
+    profile_open_ = true;
+    statusBar()->showMessage(tr("Profile %1").arg(dir));
+    refresh_list();
+  });
+  connect(worker_, &EngineWorker::profileFailed, this, [this](const QString& message) {
+    showError(tr("The profile could not be opened: %1").arg(message));
+    statusBar()->showMessage(tr("No profile"));
+  });
+  connect(worker_, &EngineWorker::modelLoadProgress, model_bar_, &ModelBar::set_progress);
+  connect(worker_, &EngineWorker::modelLoaded, this, [this](const ModelInfo& info) {
+    model_loaded_ = true;
+    model_bar_->set_loaded(info);
+    // Only a model that loaded is remembered for the next start.
+    settings_->setValue(QStringLiteral("model/dir"),
+                        QString::fromStdString(pending_model_.dir.string()));
+    settings_->setValue(QStringLiteral("model/device"),
+                        QString::fromStdString(pending_model_.device));
+    settings_->setValue(QStringLiteral("model/dtype"),
+                        QString::fromStdString(pending_model_.dtype));
+    Q_EMIT modelReady();
+  });
+  connect(worker_, &EngineWorker::modelLoadFailed, this, [this](const QString& message) {
+    model_bar_->set_failed(message);
+    model_loaded_ = model_was_loaded_;  // the worker keeps the previous model
+    showError(message);
+    Q_EMIT modelFailed(message);
+  });
+  connect(worker_, &EngineWorker::conversationsListed, this,
+          [this](const QVector<ConversationInfo>& list, const QString&) {
+            conversations_->set_conversations(list);
+            // At start, bring back the conversation that was open last time (or the latest).
+            if (first_listing_) {
+              first_listing_ = false;
+              qint64 id = settings_->value(QStringLiteral("conversation/last"), 0).toLongLong();
+              bool found = false;
+              for (const auto& c : list)
+                found = found || c.id == id;
+              if (!found && !list.isEmpty()) id = list.front().id;
+              if ((found || !list.isEmpty()) && current_ == 0) {
+                QMetaObject::invokeMethod(worker_, [w = worker_, id] { w->openConversation(id); });
+              }
+            }
+            Q_EMIT conversationsRefreshed();
+          });
+  connect(worker_, &EngineWorker::conversationsChanged, this, &MainWindow::refresh_list);
+  connect(worker_, &EngineWorker::conversationOpened, this, [this](const OpenedConversation& c) {
+    current_ = c.info.id;
+    conversations_->set_current(current_);
+    settings_->setValue(QStringLiteral("conversation/last"), current_);
+    chat_->clear();
+    for (const auto& m : c.messages) {
+      chat_->add_message(QString::fromStdString(m.role), QString::fromStdString(m.text));
+    }
+    if (!c.note.empty()) statusBar()->showMessage(QString::fromStdString(c.note), 10000);
+    banner_->setVisible(false);
+    Q_EMIT conversationShown(current_);
+  });
+  // A send without an open conversation created one; the chat already shows its messages.
+  connect(worker_, &EngineWorker::conversationStarted, this, [this](qint64 id) {
+    current_ = id;
+    conversations_->set_current(current_);
+    settings_->setValue(QStringLiteral("conversation/last"), current_);
+  });
+  connect(worker_, &EngineWorker::conversationClosed, this, [this] {
+    current_ = 0;
+    chat_->clear();
+    conversations_->set_current(0);
+  });
+  connect(worker_, &EngineWorker::replyText, this, [this](const QString& text) {
+    if (auto* b = chat_->last()) b->append(text);
+  });
+  connect(worker_, &EngineWorker::replyFinished, this, [this](const ReplyStats& stats) {
+    if (auto* b = chat_->last()) {
+      b->set_text(QString::fromStdString(stats.text));
+      b->set_stats(stats);
+    }
+    set_busy(false);
+    statusBar()->showMessage(tr("Answered in %1 s").arg(stats.total_ms / 1000.0, 0, 'f', 2), 5000);
+    Q_EMIT replyDone();
+  });
+  connect(worker_, &EngineWorker::replyFailed, this,
+          [this](const QString& message, const QString& user_text) {
+            chat_->remove_last();  // the answer that did not come
+            if (!user_text.isEmpty()) {
+              chat_->remove_last();
+              if (input_->toPlainText().isEmpty()) input_->setPlainText(user_text);
+            }
+            set_busy(false);
+            showError(message);
+            Q_EMIT replyDone();
+          });
+  connect(worker_, &EngineWorker::memoryChanged, inspector_, &MemoryInspector::setSnapshot);
+  connect(worker_, &EngineWorker::error, this, &MainWindow::showError);
+  connect(events_, &EngineEvents::layerIntervals, timeline_, &TimelinePanel::addIntervals);
+}
+
+void MainWindow::refresh_list() {
+  const QString search = conversations_->search_text();
+  QMetaObject::invokeMethod(worker_, [w = worker_, search] { w->listConversations(search); });
+}
+
+void MainWindow::set_busy(bool busy) {
+  busy_ = busy;
+  chat_->set_busy(busy);
+  send_->setText(busy ? tr("Stop") : tr("Send"));
+  send_->setToolTip(busy ? tr("Stop generating (Esc)") : tr("Send (Enter)"));
+  Q_EMIT busyChanged(busy);
+}
+
+void MainWindow::send() {
+  const QString text = input_->toPlainText().trimmed();
+  if (text.isEmpty()) return;
+  if (busy_) return;
+  input_->clear();
+  sendText(text);
+}
+
+void MainWindow::sendText(const QString& text) {
+  if (busy_) return;
+  if (!model_loaded_) {
+    input_->setPlainText(text);
+    showError(tr("No model is loaded yet: wait for it to load or choose one in the model bar."));
+    return;
+  }
+  banner_->setVisible(false);
+  chat_->add_message(QStringLiteral("user"), text);
+  chat_->add_message(QStringLiteral("assistant"), QString());
+  set_busy(true);
+  const AssistantSampling s = sampling_;
+  QMetaObject::invokeMethod(worker_, [w = worker_, text, s] { w->send(text, s); });
+}
+
+void MainWindow::stop() {
+  if (busy_) worker_->stop();
+}
+
+void MainWindow::regenerate() {
+  if (busy_ || !model_loaded_ || !chat_->last() ||
+      chat_->last()->role() != QLatin1String("assistant"))
+    return;
+  chat_->remove_last();
+  chat_->add_message(QStringLiteral("assistant"), QString());
+  set_busy(true);
+  const AssistantSampling s = sampling_;
+  QMetaObject::invokeMethod(worker_, [w = worker_, s] { w->regenerate(s); });
+}
+
+void MainWindow::newConversation() {
+  if (busy_) {
+    showError(tr("Wait for the answer (or press Esc) before starting a new conversation."));
+    return;
+  }
+  current_ = 0;
+  chat_->clear();
+  QMetaObject::invokeMethod(worker_, &EngineWorker::newConversation);
+  input_->setFocus();
+}
+
+void MainWindow::loadModel(const ModelLoadRequest& request) {
+  if (busy_) {
+    showError(tr("Wait for the answer before loading another model."));
+    return;
+  }
+  model_was_loaded_ = model_loaded_;
+  model_loaded_ = false;
+  model_bar_->set_loading(true);
+  pending_model_ = request;
+  QMetaObject::invokeMethod(worker_, [w = worker_, request] { w->loadModel(request); });
+}
+
+void MainWindow::showError(const QString& message) {
+  banner_->setText(message);
+  banner_->setVisible(true);
+}
+
+QString MainWindow::error_text() const {
+  return banner_->isVisible() ? banner_->text() : QString();
+}
+
+void MainWindow::set_sampling(const AssistantSampling& s) {
+  sampling_ = s;
+}
+
+void MainWindow::edit_sampling() {
+  QDialog dialog(this);
+  dialog.setWindowTitle(tr("Sampling"));
+  auto* form = new QFormLayout(&dialog);
+  auto* temperature = new QDoubleSpinBox(&dialog);
+  temperature->setRange(0, 2);
+  temperature->setSingleStep(0.05);
+  temperature->setValue(sampling_.temperature);
+  auto* top_k = new QSpinBox(&dialog);
+  top_k->setRange(0, 1000);
+  top_k->setValue(static_cast<int>(sampling_.top_k));
+  auto* top_p = new QDoubleSpinBox(&dialog);
+  top_p->setRange(0.01, 1);
+  top_p->setSingleStep(0.01);
+  top_p->setValue(sampling_.top_p);
+  auto* penalty = new QDoubleSpinBox(&dialog);
+  penalty->setRange(1, 2);
+  penalty->setSingleStep(0.05);
+  penalty->setValue(sampling_.repetition_penalty);
+  auto* max_tokens = new QSpinBox(&dialog);
+  max_tokens->setRange(1, 32768);
+  max_tokens->setValue(static_cast<int>(sampling_.max_new_tokens));
+  auto* seed = new QSpinBox(&dialog);
+  seed->setRange(0, 1 << 30);
+  seed->setValue(static_cast<int>(sampling_.seed));
+  form->addRow(tr("Temperature (0 = greedy)"), temperature);
+  form->addRow(tr("Top-k (0 = off)"), top_k);
+  form->addRow(tr("Top-p"), top_p);
+  form->addRow(tr("Repetition penalty"), penalty);
+  form->addRow(tr("Max new tokens"), max_tokens);
+  form->addRow(tr("Seed"), seed);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+  form->addRow(buttons);
+  connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+  connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  if (dialog.exec() != QDialog::Accepted) return;
+  sampling_.temperature = temperature->value();
+  sampling_.top_k = top_k->value();
+  sampling_.top_p = top_p->value();
+  sampling_.repetition_penalty = penalty->value();
+  sampling_.max_new_tokens = max_tokens->value();
+  sampling_.seed = static_cast<uint64_t>(seed->value());
+  save_settings();
+}
+
+void MainWindow::restore_settings() {
+  QSettings& s = *settings_;
+  model_bar_->set_recent_dirs(s.value(QStringLiteral("model/recent")).toStringList());
+  model_bar_->set_choice(s.value(QStringLiteral("model/dir")).toString(),
+                         s.value(QStringLiteral("model/device"), QStringLiteral("auto")).toString(),
+                         s.value(QStringLiteral("model/dtype"), QStringLiteral("auto")).toString());
+  sampling_.temperature =
+      s.value(QStringLiteral("sampling/temperature"), sampling_.temperature).toDouble();
+  sampling_.top_k =
+      s.value(QStringLiteral("sampling/top_k"), qlonglong(sampling_.top_k)).toLongLong();
+  sampling_.top_p = s.value(QStringLiteral("sampling/top_p"), sampling_.top_p).toDouble();
+  sampling_.repetition_penalty =
+      s.value(QStringLiteral("sampling/repetition_penalty"), sampling_.repetition_penalty)
+          .toDouble();
+  sampling_.max_new_tokens =
+      s.value(QStringLiteral("sampling/max_new_tokens"), qlonglong(sampling_.max_new_tokens))
+          .toLongLong();
+  sampling_.seed =
+      s.value(QStringLiteral("sampling/seed"), qulonglong(sampling_.seed)).toULongLong();
+  if (!restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray())) resize(1280, 800);
+  if (!restoreState(s.value(QStringLiteral("window/state")).toByteArray())) {
+    resizeDocks({panels_.value(QStringLiteral("memory"))}, {470}, Qt::Horizontal);
+    resizeDocks({panels_.value(QStringLiteral("timeline"))}, {230}, Qt::Vertical);
+  }
+}
+
+void MainWindow::save_settings() {
+  QSettings& s = *settings_;
+  s.setValue(QStringLiteral("model/recent"), model_bar_->recent_dirs());
+  s.setValue(QStringLiteral("sampling/temperature"), sampling_.temperature);
+  s.setValue(QStringLiteral("sampling/top_k"), qlonglong(sampling_.top_k));
+  s.setValue(QStringLiteral("sampling/top_p"), sampling_.top_p);
+  s.setValue(QStringLiteral("sampling/repetition_penalty"), sampling_.repetition_penalty);
+  s.setValue(QStringLiteral("sampling/max_new_tokens"), qlonglong(sampling_.max_new_tokens));
+  s.setValue(QStringLiteral("sampling/seed"), qulonglong(sampling_.seed));
+  s.setValue(QStringLiteral("window/geometry"), saveGeometry());
+  s.setValue(QStringLiteral("window/state"), saveState());
+  s.sync();
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  save_settings();
+  QMainWindow::closeEvent(event);
 }
 
 }  // namespace engram::ui

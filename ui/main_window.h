@@ -1,15 +1,117 @@
-// The Engram main window. The chat, conversation list and panels arrive with issue 6.
+// The Engram main window: the conversation list, the chat with its input, the model bar, and a
+// dock area for research panels (layer timeline and memory inspector now; episodes and
+// importance propagation register themselves through add_panel() when their policies land).
+// The engine lives on a worker thread (engine_worker.h); this window never waits on it.
 #pragma once
 
 #include <QMainWindow>
+#include <QMap>
+#include <QPointer>
+
+#include "core/engine/assistant.h"
+
+class QDockWidget;
+class QLabel;
+class QMenu;
+class QPushButton;
+class QSettings;
+class QThread;
 
 namespace engram::ui {
+
+class ChatView;
+class ConversationList;
+class EngineEvents;
+class EngineWorker;
+class MemoryInspector;
+class MessageInput;
+class ModelBar;
+class TimelinePanel;
+
+struct MainWindowOptions {
+  QString profile_dir;     // empty: the store's default profile
+  QString settings_file;   // empty: the platform's QSettings for Engram
+  bool load_model = true;  // load the remembered (or bundled) model at start
+};
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
 
  public:
-  explicit MainWindow(QWidget* parent = nullptr);
+  explicit MainWindow(MainWindowOptions options = {}, QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Adds a dockable panel (also listed in View → Panels). `id` names it in the saved layout.
+  QDockWidget* add_panel(const QString& id, const QString& title, QWidget* panel,
+                         Qt::DockWidgetArea area);
+  QDockWidget* panel(const QString& id) const { return panels_.value(id); }
+
+  ChatView* chat() const { return chat_; }
+  ConversationList* conversations() const { return conversations_; }
+  MessageInput* input() const { return input_; }
+  ModelBar* model_bar() const { return model_bar_; }
+  TimelinePanel* timeline() const { return timeline_; }
+  MemoryInspector* inspector() const { return inspector_; }
+  bool busy() const { return busy_; }
+  bool model_loaded() const { return model_loaded_; }
+  bool profile_open() const { return profile_open_; }
+  qint64 current_conversation() const { return current_; }
+  QString error_text() const;
+  AssistantSampling sampling() const { return sampling_; }
+  void set_sampling(const AssistantSampling& sampling);
+
+ public Q_SLOTS:
+  void send();  // sends the input box's text
+  void sendText(const QString& text);
+  void stop();
+  void regenerate();
+  void newConversation();
+  void loadModel(const engram::ModelLoadRequest& request);
+  void showError(const QString& message);
+
+ Q_SIGNALS:
+  void modelReady();
+  void modelFailed(const QString& message);
+  void replyDone();
+  void conversationShown(qint64 id);
+  void conversationsRefreshed();
+  void busyChanged(bool busy);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void build_menus();
+  void connect_worker();
+  void set_busy(bool busy);
+  void restore_settings();
+  void save_settings();
+  void edit_sampling();
+  void refresh_list();
+
+  MainWindowOptions options_;
+  QSettings* settings_;
+  EngineEvents* events_;
+  EngineWorker* worker_;
+  QThread* thread_;
+  ChatView* chat_;
+  ConversationList* conversations_;
+  MessageInput* input_;
+  QPushButton* send_;
+  QLabel* banner_;
+  ModelBar* model_bar_;
+  TimelinePanel* timeline_;
+  MemoryInspector* inspector_;
+  QMenu* panels_menu_ = nullptr;
+  QMap<QString, QDockWidget*> panels_;
+  AssistantSampling sampling_;
+  ModelLoadRequest pending_model_;
+  bool busy_ = false;
+  bool model_loaded_ = false;
+  bool model_was_loaded_ = false;
+  bool profile_open_ = false;
+  bool first_listing_ = true;
+  qint64 current_ = 0;
 };
 
 }  // namespace engram::ui

@@ -1,12 +1,42 @@
 #include <QApplication>
+#include <QCommandLineParser>
+#include <memory>
 
+#include "ui/demo_script.h"
 #include "ui/main_window.h"
 
 int main(int argc, char** argv) {
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("Engram"));
   QApplication::setOrganizationName(QStringLiteral("Engram"));
-  engram::ui::MainWindow window;
+  QApplication::setApplicationVersion(QStringLiteral("0.1.0"));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      QStringLiteral("Engram: a desktop assistant whose memory is KV caches"));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  QCommandLineOption profile(QStringLiteral("profile"),
+                             QStringLiteral("Profile directory (default: the store's default)."),
+                             QStringLiteral("DIR"));
+  QCommandLineOption settings(QStringLiteral("settings"),
+                              QStringLiteral("Settings file (INI) instead of the platform's."),
+                              QStringLiteral("FILE"));
+  QCommandLineOption demo(QStringLiteral("demo-script"),
+                          QStringLiteral("Drive the window from a script (ui/demo_script.h)."),
+                          QStringLiteral("FILE"));
+  parser.addOptions({profile, settings, demo});
+  parser.process(app);
+
+  engram::ui::MainWindowOptions options;
+  options.profile_dir = parser.value(profile);
+  options.settings_file = parser.value(settings);
+  engram::ui::MainWindow window(options);
   window.show();
+  std::unique_ptr<engram::ui::DemoScript> script;
+  if (parser.isSet(demo)) {
+    script = std::make_unique<engram::ui::DemoScript>(&window, parser.value(demo));
+    script->start();
+  }
   return QApplication::exec();
 }

@@ -1,0 +1,462 @@
+#include "core/engine/assistant.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+
+#include "core/engine/chat_session.h"
+#include "core/engine/loaded_model.h"
+#include "core/model/dtype.h"
+#include "core/model/model_error.h"
+#include "storage/conversation_repository.h"
+#include "storage/database.h"
+#include "storage/profile_paths.h"
+#include "storage/store_error.h"
+
+namespace engram {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kDefaultName = "New conversation";
+constexpr size_t kPreviewChars = 80;
+
+fs::path executable_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path{} : exe.parent_path();
+}
+
+std::string preview_of(const std::string& text) {
+  std::string p = text.substr(0, std::min(text.size(), kPreviewChars));
+  // Never cut a UTF-8 character in half.
+  while (!p.empty() && p.size() < text.size() &&
+         (static_cast<unsigned char>(text[p.size()]) & 0xC0) == 0x80) {
+    p.pop_back();
+  }
+  std::replace(p.begin(), p.end(), '\n', ' ');
+  return p;
+}
+
+ConversationInfo info_of(const storage::Conversation& c) {
+  return {c.id, c.name, c.created_ms, c.updated_ms, c.model_fingerprint};
+}
+
+std::string device_name(const at::Device& device) {
+  return device.is_cuda() ? "cuda:" + std::to_string(std::max<int>(0, device.index())) : "cpu";
+}
+
+}  // namespace
+
+const char* memory_location_name(MemoryLocation location) {
+  switch (location) {
+    case MemoryLocation::kGpu:
+      return "GPU";
+    case MemoryLocation::kPinnedCpu:
+      return "pinned CPU";
+    case MemoryLocation::kCpu:
+      return "CPU";
+    case MemoryLocation::kDisk:
+      return "disk";
+    case MemoryLocation::kNone:
+      return "text only";
+  }
+  return "?";
+}
+
+struct Assistant::State {
+  std::unique_ptr<storage::Database> db;
+  std::unique_ptr<LoadedModel> model;
+  ModelInfo info;
+  std::unique_ptr<ChatSession> session;
+  std::optional<int64_t> conversation;
+  std::vector<ConversationMessage> messages;  // of the open conversation, as stored
+  std::atomic<bool> cancel{false};
+  EngineObserver* observer = nullptr;
+  bool trace = true;
+  bool generating = false;
+  int64_t generating_from_tokens = 0;  // cache length when the open turn began
+
+  storage::ConversationRepository repo() { return storage::ConversationRepository(*db); }
+
+  // A session over the loaded model with the open conversation's text (its cache is prefilled
+  // by the next reply).
+  void rebuild_session() {
+    session.reset();
+    if (!model) return;
+    session = std::make_unique<ChatSession>(*model);
+    std::vector<ChatMessage> history;
+    for (const auto& m : messages)
+      history.push_back({m.role, m.text});
+    session->set_history(std::move(history));
+  }
+
+  std::string unique_name(const std::string& wanted) {
+    std::string name = wanted.empty() ? kDefaultName : wanted;
+    auto r = repo();
+    for (int n = 2; r.find_by_name(name); ++n)
+      name = (wanted.empty() ? kDefaultName : wanted) + " " + std::to_string(n);
+    return name;
+  }
+
+  GenerationOptions options(const AssistantSampling& s) {
+    GenerationOptions o;
+    o.max_new_tokens = std::max<int64_t>(1, s.max_new_tokens);
+    o.sampling.temperature = s.temperature;
+    o.sampling.top_k = s.top_k;
+    o.sampling.top_p = s.top_p;
+    o.sampling.repetition_penalty = s.repetition_penalty;
+    o.sampling.seed = s.seed;
+    o.observer = observer;
+    o.trace = observer != nullptr && trace;
+    o.cancel = &cancel;
+    return o;
+  }
+
+  void require_model() const {
+    if (!model || !session)
+      throw std::runtime_error("no model is loaded; pick one in the model bar");
+  }
+
+  // Removes utterances [from, end) of the open conversation (a failed turn, a regenerated reply).
+  void drop_stored_tail(int64_t from) {
+    db->exec("DELETE FROM utterances WHERE conversation_id = " + std::to_string(*conversation) +
+                 " AND idx >= " + std::to_string(from),
+             "conversation " + std::to_string(*conversation));
+  }
+
+  ReplyStats stats_of(const ChatReply& r, double total_ms) {
+    ReplyStats s;
+    s.text = r.text;
+    s.prompt_tokens = r.generation.prompt_tokens;
+    s.reused_tokens = r.reused_tokens;
+    s.generated_tokens = static_cast<int64_t>(r.generation.tokens.size());
+    s.time_to_first_token_ms = r.generation.time_to_first_token_ms;
+    s.tokens_per_s = r.generation.decode_tokens_per_s;
+    s.total_ms = total_ms;
+    s.stop_reason = r.generation.stop_reason;
+    return s;
+  }
+
+  // Renders the first k messages for k = 1..n: each message's span of the rendered conversation
+  // (its template tokens included). Falls back to the bare text's tokens when the template
+  // refuses a prefix (Llama-2 wants alternating turns).
+  std::vector<int64_t> message_ends(const std::vector<ChatMessage>& history) const {
+    std::vector<int64_t> ends;
+    if (!model || !model->tokenizer || !model->chat_template) return ends;
+    int64_t running = 0;
+    std::vector<ChatMessage> prefix;
+    for (const auto& m : history) {
+      prefix.push_back(m);
+      int64_t end = 0;
+      try {
+        end = static_cast<int64_t>(
+            model->chat_template->encode(*model->tokenizer, prefix, false).size());
+      } catch (const std::exception&) {
+        end = running + static_cast<int64_t>(model->tokenizer->encode(m.content).size());
+      }
+      running = std::max(running, end);
+      ends.push_back(running);
+    }
+    return ends;
+  }
+};
+
+Assistant::Assistant(fs::path profile_dir) : s_(std::make_unique<State>()) {
+  if (profile_dir.empty()) profile_dir = storage::default_profile_dir();
+  s_->db = std::make_unique<storage::Database>(profile_dir, storage::Access::kReadWrite);
+}
+
+Assistant::~Assistant() {
+  s_->session.reset();
+  s_->model.reset();
+}
+
+fs::path Assistant::bundled_model_dir(const fs::path& executable_dir_in) {
+  if (const char* env = std::getenv("ENGRAM_MODEL_DIR"); env && *env) return env;
+  const fs::path exe = executable_dir_in.empty() ? executable_dir() : executable_dir_in;
+  std::vector<fs::path> candidates;
+  if (!exe.empty()) {
+    candidates.push_back(exe / ".." / "share" / "engram" / "models" / "default");
+    // Build trees: <source>/<build>/app/gui/engram and <source>/<build>/tests/test_x.
+    for (fs::path p = exe; !p.empty() && p != p.root_path(); p = p.parent_path()) {
+      candidates.push_back(p / "tests" / "data" / "models" / "llama-gqa");
+    }
+  }
+#ifdef ENGRAM_SOURCE_DIR
+  candidates.push_back(fs::path(ENGRAM_SOURCE_DIR) / "tests" / "data" / "models" / "llama-gqa");
+#endif
+  for (const auto& c : candidates) {
+    std::error_code ec;
+    if (fs::exists(c / "config.json", ec)) return fs::weakly_canonical(c, ec);
+  }
+  return candidates.empty() ? fs::path{} : candidates.front();
+}
+
+ModelInfo Assistant::load(const ModelLoadRequest& request,
+                          const std::function<void(const ModelLoadProgress&)>& progress) {
+  ModelSource source;
+  source.dir = request.dir.empty() ? bundled_model_dir() : request.dir;
+  if (!fs::exists(source.dir / "config.json")) {
+    throw ModelError(source.dir.string(), "not a model folder: config.json is missing");
+  }
+  const DeviceChoice device = choose_device(request.device, request.dtype);
+  auto model = std::make_unique<LoadedModel>(load_model(source, device, [&](const LoadProgress& p) {
+    if (progress) progress({p.bytes_done, p.bytes_total, p.seconds, p.tensor});
+  }));
+  if (!model->tokenizer || !model->chat_template) {
+    throw ModelError(source.dir.string(), "chat needs a tokenizer.model in the model folder");
+  }
+  ModelInfo info;
+  info.name = model->name;
+  info.dir = source.dir;
+  info.device = device_name(model->decoder->device());
+  info.dtype = dtype_short_name(from_scalar_type(model->decoder->dtype()));
+  info.chat_template = std::string(chat_template_kind_name(model->chat_template->kind()));
+  info.fingerprint = model->fingerprint;
+  const ModelConfig& c = model->config;
+  info.layers = c.num_layers;
+  info.hidden = c.hidden_size;
+  info.kv_heads = c.num_kv_heads;
+  info.head_dim = c.head_dim;
+  info.vocab = c.vocab_size;
+  info.max_positions = c.max_positions;
+  info.kv_bytes_per_token = 2 * c.num_layers * c.num_kv_heads * c.head_dim *
+                            static_cast<int64_t>(at::elementSize(model->decoder->dtype()));
+  info.load_seconds = model->load_seconds;
+  // The old session refers to the old model: drop it first.
+  s_->session.reset();
+  s_->model = std::move(model);
+  s_->info = info;
+  s_->rebuild_session();
+  return info;
+}
+
+bool Assistant::loaded() const {
+  return s_->model != nullptr;
+}
+ModelInfo Assistant::model_info() const {
+  return s_->info;
+}
+fs::path Assistant::profile_dir() const {
+  return s_->db->paths().dir;
+}
+
+std::vector<ConversationInfo> Assistant::list_conversations() {
+  std::vector<ConversationInfo> out;
+  for (const auto& c : s_->repo().list())
+    out.push_back(info_of(c));
+  return out;
+}
+
+std::vector<ConversationInfo> Assistant::search_conversations(const std::string& text) {
+  if (text.empty()) return list_conversations();
+  std::vector<ConversationInfo> out;
+  for (const auto& c : s_->repo().search(text))
+    out.push_back(info_of(c));
+  return out;
+}
+
+ConversationInfo Assistant::new_conversation(const std::string& name) {
+  const auto c = s_->repo().create(s_->unique_name(name), s_->info.fingerprint);
+  s_->conversation = c.id;
+  s_->messages.clear();
+  s_->rebuild_session();
+  return info_of(c);
+}
+
+OpenedConversation Assistant::open_conversation(int64_t id) {
+  auto repo = s_->repo();
+  const bool already_open = s_->conversation == id && s_->session;
+  OpenedConversation opened;
+  opened.info = info_of(repo.load(id));
+  for (const auto& u : repo.utterances(id))
+    opened.messages.push_back({u.role, u.text});
+  if (!s_->info.fingerprint.empty() && !opened.info.model_fingerprint.empty() &&
+      opened.info.model_fingerprint != s_->info.fingerprint) {
+    opened.note = "This conversation was held by another model; its memory is rebuilt from text.";
+  }
+  s_->conversation = id;
+  s_->messages = opened.messages;
+  if (!already_open) s_->rebuild_session();  // keeps the cache of the open conversation
+  return opened;
+}
+
+void Assistant::rename_conversation(int64_t id, const std::string& name) {
+  s_->repo().rename(id, name);
+}
+
+void Assistant::delete_conversation(int64_t id) {
+  s_->repo().remove(id);
+  if (s_->conversation == id) {
+    s_->conversation.reset();
+    s_->messages.clear();
+    s_->rebuild_session();
+  }
+}
+
+std::optional<int64_t> Assistant::current_conversation() const {
+  return s_->conversation;
+}
+std::vector<ConversationMessage> Assistant::messages() const {
+  return s_->messages;
+}
+
+ReplyStats Assistant::send(const std::string& user_text, const AssistantSampling& sampling,
+                           const std::function<void(const std::string&)>& on_text) {
+  s_->require_model();
+  if (!s_->conversation) new_conversation();
+  const int64_t id = *s_->conversation;
+  auto repo = s_->repo();
+  // A first message names a conversation that still has the default name.
+  if (s_->messages.empty() && repo.load(id).name.rfind(kDefaultName, 0) == 0) {
+    std::string title = preview_of(user_text).substr(0, 40);
+    while (!title.empty() && title.back() == ' ')
+      title.pop_back();
+    if (!title.empty()) {
+      try {
+        repo.rename(id, s_->unique_name(title));
+      } catch (const storage::StoreError&) {
+        // Keeping the default name is fine.
+      }
+    }
+  }
+  // The user's words are stored before generating, so a crash mid-reply cannot lose them.
+  const auto first_new = static_cast<int64_t>(s_->messages.size());
+  repo.append(id, {0, 0, "user", user_text, 0, 0, 0});
+  s_->cancel = false;
+  s_->generating = true;
+  s_->generating_from_tokens = s_->session->cache().lengths()[0];
+  const auto t0 = std::chrono::steady_clock::now();
+  ChatReply reply;
+  try {
+    reply = s_->session->reply(user_text, s_->options(sampling), on_text);
+  } catch (...) {
+    s_->generating = false;
+    s_->drop_stored_tail(first_new);
+    throw;
+  }
+  s_->generating = false;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  repo.append(id, {0, 0, "assistant", reply.text, 0, 0, 0});
+  repo.set_model_fingerprint(id, s_->info.fingerprint);
+  s_->messages.push_back({"user", user_text});
+  s_->messages.push_back({"assistant", reply.text});
+  return s_->stats_of(reply, ms);
+}
+
+ReplyStats Assistant::regenerate(const AssistantSampling& sampling,
+                                 const std::function<void(const std::string&)>& on_text) {
+  s_->require_model();
+  if (!s_->conversation || s_->messages.empty() || s_->messages.back().role != "assistant") {
+    throw std::runtime_error("there is no reply to regenerate");
+  }
+  s_->cancel = false;
+  s_->generating = true;
+  s_->generating_from_tokens = s_->session->cache().lengths()[0];
+  const auto t0 = std::chrono::steady_clock::now();
+  ChatReply reply;
+  try {
+    reply = s_->session->regenerate(s_->options(sampling), on_text);
+  } catch (...) {
+    s_->generating = false;
+    throw;
+  }
+  s_->generating = false;
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const auto last = static_cast<int64_t>(s_->messages.size()) - 1;
+  {
+    storage::Transaction tx(*s_->db, "conversation " + std::to_string(*s_->conversation));
+    s_->drop_stored_tail(last);
+    s_->repo().append(*s_->conversation, {0, 0, "assistant", reply.text, 0, 0, 0});
+    tx.commit();
+  }
+  s_->messages.back().text = reply.text;
+  return s_->stats_of(reply, ms);
+}
+
+void Assistant::stop() {
+  s_->cancel = true;
+}
+
+MemorySnapshot Assistant::memory() const {
+  MemorySnapshot snap;
+  snap.conversation_id = s_->conversation.value_or(0);
+  if (!s_->session) {
+    for (size_t i = 0; i < s_->messages.size(); ++i) {
+      const auto& m = s_->messages[i];
+      snap.units.push_back({"utterance", static_cast<int64_t>(i), m.role, preview_of(m.text), 0,
+                            MemoryLocation::kNone, 0, 1, "text only"});
+    }
+    return snap;
+  }
+  const KvCache& cache = s_->session->cache();
+  const int64_t cached = cache.lengths()[0];
+  const int64_t per_token = s_->info.kv_bytes_per_token;
+  const MemoryLocation where =
+      cache.device().is_cuda() ? MemoryLocation::kGpu : MemoryLocation::kCpu;
+  snap.engine_cached_tokens = cached;
+  snap.engine_cache_bytes = cache.bytes();
+  snap.engine_device = device_name(cache.device());
+
+  const auto& history = s_->session->history();
+  const std::vector<int64_t> ends = s_->message_ends(history);
+  int64_t begin = 0;
+  for (size_t i = 0; i < history.size(); ++i) {
+    const int64_t end = i < ends.size() ? ends[i] : begin;
+    MemoryUnit u;
+    u.kind = "utterance";
+    u.index = static_cast<int64_t>(i);
+    u.role = history[i].role;
+    u.preview = preview_of(history[i].content);
+    u.tokens = end - begin;
+    const int64_t in_cache = std::clamp<int64_t>(cached - begin, 0, u.tokens);
+    if (in_cache == u.tokens && u.tokens > 0) {
+      u.location = where;
+      u.state = "cached";
+    } else if (in_cache > 0) {
+      u.location = where;
+      u.state = "partly cached";
+    } else {
+      u.location = MemoryLocation::kNone;
+      u.state = "text only";
+    }
+    u.bytes = in_cache * per_token;
+    snap.units.push_back(u);
+    begin = end;
+  }
+  // Cached tokens past the rendered messages: the open turn's prompt and the reply being
+  // generated (or the generation prompt a finished reply was computed after).
+  if (cached > begin) {
+    MemoryUnit u;
+    u.kind = "turn";
+    u.index = static_cast<int64_t>(history.size());
+    u.role = "assistant";
+    u.preview = s_->generating ? "(reply being generated)" : "(generation prompt)";
+    u.tokens = cached - begin;
+    u.location = where;
+    u.bytes = u.tokens * per_token;
+    u.state = s_->generating ? "generating" : "cached";
+    snap.units.push_back(u);
+  }
+  for (const auto& u : snap.units) {
+    if (u.location == MemoryLocation::kNone) continue;
+    snap.bytes_by_location[static_cast<int>(u.location)] += u.bytes;
+    snap.tokens_by_location[static_cast<int>(u.location)] +=
+        u.bytes / std::max<int64_t>(1, per_token);
+  }
+  return snap;
+}
+
+void Assistant::set_observer(EngineObserver* observer, bool trace) {
+  s_->observer = observer;
+  s_->trace = trace;
+}
+
+}  // namespace engram

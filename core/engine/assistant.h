@@ -1,0 +1,176 @@
+// The assistant as the desktop app sees it: a model, a profile's conversations and one open
+// conversation, behind plain value types. No ATen, no Qt in this header (style rule 2), so the UI
+// can hold an Assistant on its worker thread; the .cpp drives ChatSession, the loader and the
+// store. One thread at a time uses an Assistant, except stop(), which only raises a flag.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/trace/engine_observer.h"
+
+namespace engram {
+
+struct AssistantSampling {
+  int64_t max_new_tokens = 256;
+  double temperature = 0.7;  // 0 = greedy
+  int64_t top_k = 40;
+  double top_p = 0.95;
+  double repetition_penalty = 1.1;
+  uint64_t seed = 0;
+};
+
+struct ModelLoadRequest {
+  std::filesystem::path dir;    // a Hugging Face folder; empty: the bundled model
+  std::string device = "auto";  // "auto", "cpu", "cuda", "cuda:N"
+  std::string dtype = "auto";   // "auto", "f32", "bf16", "f16"
+};
+
+struct ModelLoadProgress {
+  int64_t bytes_done = 0;
+  int64_t bytes_total = 0;
+  double seconds = 0;
+  std::string tensor;
+};
+
+struct ModelInfo {
+  std::string name;
+  std::filesystem::path dir;
+  std::string device;  // "cpu", "cuda:0"
+  std::string dtype;   // "f32", "bf16", "f16"
+  std::string chat_template;
+  std::string fingerprint;
+  int64_t layers = 0;
+  int64_t hidden = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t vocab = 0;
+  int64_t max_positions = 0;
+  int64_t kv_bytes_per_token = 0;
+  double load_seconds = 0;
+};
+
+struct ConversationInfo {
+  int64_t id = 0;
+  std::string name;
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+  std::string model_fingerprint;
+};
+
+struct ConversationMessage {
+  std::string role;  // "user", "assistant", "system"
+  std::string text;
+};
+
+struct OpenedConversation {
+  ConversationInfo info;
+  std::vector<ConversationMessage> messages;
+  std::string note;  // e.g. why stored KV could not be used; empty when nothing to say
+};
+
+struct ReplyStats {
+  std::string text;
+  int64_t request = 0;
+  int64_t prompt_tokens = 0;  // prefilled by this request
+  int64_t reused_tokens = 0;  // served from the conversation's cache
+  int64_t generated_tokens = 0;
+  double time_to_first_token_ms = 0;
+  double tokens_per_s = 0;
+  double total_ms = 0;
+  std::string stop_reason;  // "eos", "length", "stop", "cancelled"
+};
+
+// Where a unit's KV lives now. kNone: only its text exists (it is prefilled on the next reply).
+enum class MemoryLocation : uint8_t { kGpu, kPinnedCpu, kCpu, kDisk, kNone };
+inline constexpr int kMemoryLocationCount = 5;
+const char* memory_location_name(MemoryLocation location);
+
+// A memory unit of the open conversation. Today: one per utterance (its span of the rendered
+// conversation, template tokens included), plus the open turn while a reply is generated.
+// Segments, groups, episodes and clusters join with their policies.
+struct MemoryUnit {
+  std::string kind;  // "utterance", "turn"
+  int64_t index = 0;
+  std::string role;
+  std::string preview;
+  int64_t tokens = 0;
+  MemoryLocation location = MemoryLocation::kNone;
+  int64_t bytes = 0;
+  int64_t version = 1;
+  std::string state;  // "cached", "generating", "text only", "stored"
+};
+
+struct MemorySnapshot {
+  int64_t conversation_id = 0;
+  std::vector<MemoryUnit> units;
+  int64_t bytes_by_location[kMemoryLocationCount] = {};
+  int64_t tokens_by_location[kMemoryLocationCount] = {};
+  // What the engine itself reports for the conversation's KV cache.
+  int64_t engine_cached_tokens = 0;
+  int64_t engine_cache_bytes = 0;
+  std::string engine_device;
+};
+
+class Assistant {
+ public:
+  // Opens (creates) the profile's store read-write; throws storage::StoreError (e.g. the profile
+  // is used by another process). An empty path means storage::default_profile_dir().
+  explicit Assistant(std::filesystem::path profile_dir = {});
+  ~Assistant();
+  Assistant(const Assistant&) = delete;
+  Assistant& operator=(const Assistant&) = delete;
+
+  // The model shipped with Engram: $ENGRAM_MODEL_DIR, next to an install
+  // (<prefix>/share/engram/models/default), or the fixture of the source tree.
+  static std::filesystem::path bundled_model_dir(const std::filesystem::path& executable_dir = {});
+
+  // Replaces the loaded model (the open conversation keeps its text; its cache is rebuilt on the
+  // next reply). Throws ModelError / std::runtime_error / std::bad_alloc with a readable what();
+  // the previous model stays loaded then.
+  ModelInfo load(const ModelLoadRequest& request,
+                 const std::function<void(const ModelLoadProgress&)>& progress = {});
+  bool loaded() const;
+  ModelInfo model_info() const;
+  std::filesystem::path profile_dir() const;
+
+  std::vector<ConversationInfo> list_conversations();
+  std::vector<ConversationInfo> search_conversations(const std::string& text);
+  // An empty name picks "New conversation", "New conversation 2", ...
+  ConversationInfo new_conversation(const std::string& name = {});
+  // Throws storage::StoreError (NotFound, DatabaseCorrupt) and leaves the current one open.
+  OpenedConversation open_conversation(int64_t id);
+  void rename_conversation(int64_t id, const std::string& name);
+  void delete_conversation(int64_t id);  // closes it when it is the open one
+  std::optional<int64_t> current_conversation() const;
+  std::vector<ConversationMessage> messages() const;
+
+  // Adds the user's message to the open conversation (a new one when none is open), generates
+  // the reply streaming text to `on_text`, and stores both. On failure nothing half-done stays in
+  // the store or the history, and the exception propagates.
+  ReplyStats send(const std::string& user_text, const AssistantSampling& sampling,
+                  const std::function<void(const std::string&)>& on_text);
+  // Generates the last reply again and replaces it in the store.
+  ReplyStats regenerate(const AssistantSampling& sampling,
+                        const std::function<void(const std::string&)>& on_text);
+  // Asks the running generation to stop after its current token. Any thread.
+  void stop();
+
+  MemorySnapshot memory() const;
+
+  // Receives layer intervals and request summaries of every request (null: none). The trace
+  // switch costs the CUDA graph replay of decode, so it can be turned off.
+  void set_observer(EngineObserver* observer, bool trace = true);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace engram

@@ -1,0 +1,5 @@
+# Desktop app suites (offscreen). They include no torch header: the UI sees engine value types.
+if(TARGET engram_ui)
+  engram_add_test(test_ui_chat SOURCES test_ui_chat.cpp LIBS engram_ui)
+  engram_add_test(test_ui_timeline SOURCES test_ui_timeline.cpp LIBS engram_ui)
+endif()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Starts the real Engram app under Xvfb with a fresh profile, drives a chat with the bundled
+# model (tests/ui/demo.txt through --demo-script) and saves screenshots of the window and of each
+# panel, plus the timeline's PNG and SVG export.
+#   tests/ui/screenshots.sh [BUILD_DIR] [OUT_DIR]     (defaults: build-ui, docs/screenshots)
+# Needs xvfb-run (apt-get install xvfb xauth).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+build="${1:-$root/build-ui}"
+out="$(mkdir -p "${2:-$root/docs/screenshots}" && cd "${2:-$root/docs/screenshots}" && pwd)"
+app="$build/app/gui/engram"
+[ -x "$app" ] || { echo "no $app: build the 'engram' target first" >&2; exit 1; }
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+sed "s|@OUT@|$out|g" "$here/demo.txt" > "$work/demo.txt"
+# A fixed light palette and font rendering: screenshots should not depend on the desktop.
+export QT_QPA_PLATFORMTHEME="" QT_STYLE_OVERRIDE=Fusion
+timeout 600 xvfb-run -a -s "-screen 0 1440x900x24" \
+  "$app" --profile "$work/profile" --settings "$work/settings.ini" --demo-script "$work/demo.txt"
+ls -l "$out"

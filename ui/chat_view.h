@@ -1,0 +1,81 @@
+// The chat: one bubble per message, answers rendered as Markdown (QTextDocument::setMarkdown),
+// streamed text re-rendered at most every 50 ms so long answers stay cheap, and under each answer
+// its time to first token and tokens/s with copy and regenerate buttons.
+#pragma once
+
+#include <QFrame>
+#include <QScrollArea>
+#include <QString>
+#include <vector>
+
+#include "core/engine/assistant.h"
+
+class QLabel;
+class QTextBrowser;
+class QTimer;
+class QToolButton;
+class QVBoxLayout;
+
+namespace engram::ui {
+
+class MessageBubble : public QFrame {
+  Q_OBJECT
+
+ public:
+  MessageBubble(const QString& role, const QString& text, QWidget* parent = nullptr);
+  void append(const QString& text);
+  void set_text(const QString& text);
+  QString text() const { return text_; }
+  QString role() const { return role_; }
+  void set_stats(const ReplyStats& stats);
+  void set_note(const QString& note);
+  void set_regenerate_visible(bool visible);
+  QString stats_text() const;
+
+ Q_SIGNALS:
+  void regenerateRequested();
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
+
+ private:
+  void render();
+  void fit_height();
+
+  QString role_;
+  QString text_;
+  QTextBrowser* body_;
+  QLabel* footer_;
+  QToolButton* copy_;
+  QToolButton* regenerate_;
+  QTimer* render_timer_;
+};
+
+class ChatView : public QScrollArea {
+  Q_OBJECT
+
+ public:
+  explicit ChatView(QWidget* parent = nullptr);
+  void clear();
+  MessageBubble* add_message(const QString& role, const QString& text);
+  MessageBubble* last() const { return bubbles_.empty() ? nullptr : bubbles_.back(); }
+  int count() const { return static_cast<int>(bubbles_.size()); }
+  MessageBubble* at(int i) const { return bubbles_[static_cast<size_t>(i)]; }
+  void remove_last();
+  void set_busy(bool busy);
+  void scroll_to_end();
+
+ Q_SIGNALS:
+  void regenerateRequested();
+
+ private:
+  void update_regenerate_buttons();
+
+  QWidget* content_;
+  QVBoxLayout* layout_;
+  QLabel* placeholder_;
+  std::vector<MessageBubble*> bubbles_;
+  bool busy_ = false;
+};
+
+}  // namespace engram::ui

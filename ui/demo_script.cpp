@@ -1,0 +1,144 @@
+#include "ui/demo_script.h"
+
+#include <QApplication>
+#include <QDockWidget>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QKeyEvent>
+#include <QPixmap>
+#include <QTimer>
+#include <cstdio>
+
+#include "ui/chat_view.h"
+#include "ui/conversation_list.h"
+#include "ui/main_window.h"
+#include "ui/message_input.h"
+#include "ui/model_bar.h"
+#include "ui/timeline_panel.h"
+
+namespace engram::ui {
+
+DemoScript::DemoScript(MainWindow* window, const QString& path, QObject* parent)
+    : QObject(parent), window_(window) {
+  QFile file(path);
+  if (file.open(QIODevice::ReadOnly | QIODevice::Text)) {
+    lines_ = QString::fromUtf8(file.readAll()).split(QLatin1Char('\n'));
+  } else {
+    lines_ << QStringLiteral("fail cannot read %1").arg(path);
+  }
+}
+
+void DemoScript::start() {
+  QTimer::singleShot(0, this, &DemoScript::next);
+}
+
+void DemoScript::fail(const QString& why) {
+  std::fprintf(stderr, "demo script line %d: %s\n", line_, qPrintable(why));
+  QApplication::exit(1);
+}
+
+void DemoScript::wait_until(const std::function<bool()>& done, int timeout_ms) {
+  auto* timer = new QTimer(this);
+  auto* clock = new QElapsedTimer;
+  clock->start();
+  connect(timer, &QTimer::timeout, this, [this, timer, clock, done, timeout_ms] {
+    if (done()) {
+      timer->deleteLater();
+      delete clock;
+      QTimer::singleShot(0, this, &DemoScript::next);
+    } else if (clock->elapsed() > timeout_ms) {
+      timer->deleteLater();
+      delete clock;
+      fail(QStringLiteral("timed out"));
+    }
+  });
+  timer->start(50);
+}
+
+bool DemoScript::screenshot(const QString& what, const QString& file) {
+  QWidget* widget = nullptr;
+  if (what == QLatin1String("window")) widget = window_;
+  if (what == QLatin1String("chat")) widget = window_->chat();
+  if (what == QLatin1String("conversations")) widget = window_->conversations();
+  if (what == QLatin1String("model")) widget = window_->model_bar();
+  if (what == QLatin1String("timeline")) widget = window_->panel(QStringLiteral("timeline"));
+  if (what == QLatin1String("memory")) widget = window_->panel(QStringLiteral("memory"));
+  if (!widget) return false;
+  return widget->grab().save(file, "PNG");
+}
+
+void DemoScript::next() {
+  while (line_ < lines_.size()) {
+    const QString line = lines_[line_++].trimmed();
+    if (line.isEmpty() || line.startsWith(QLatin1Char('#'))) continue;
+    const QString command = line.section(QLatin1Char(' '), 0, 0);
+    const QString rest = line.section(QLatin1Char(' '), 1);
+    std::fprintf(stderr, "demo: %s\n", qPrintable(line));
+    if (command == QLatin1String("wait-model")) {
+      wait_until([this] { return window_->model_loaded() || !window_->error_text().isEmpty(); },
+                 300000);
+      return;
+    }
+    if (command == QLatin1String("new")) {
+      window_->newConversation();
+      wait_until([this] { return window_->current_conversation() != 0; }, 10000);
+      return;
+    }
+    if (command == QLatin1String("type")) {
+      MessageInput* input = window_->input();
+      input->setFocus();
+      for (const QChar c : rest) {
+        QKeyEvent press(QEvent::KeyPress, 0, Qt::NoModifier, QString(c));
+        QApplication::sendEvent(input, &press);
+      }
+      QKeyEvent enter(QEvent::KeyPress, Qt::Key_Return, Qt::NoModifier);
+      QApplication::sendEvent(input, &enter);
+      wait_until([this] { return window_->busy() || !window_->error_text().isEmpty(); }, 10000);
+      return;
+    }
+    if (command == QLatin1String("wait-reply")) {
+      wait_until([this] { return !window_->busy(); }, 600000);
+      return;
+    }
+    if (command == QLatin1String("regenerate")) {
+      window_->regenerate();
+      wait_until([this] { return !window_->busy(); }, 600000);
+      return;
+    }
+    if (command == QLatin1String("sleep")) {
+      QTimer::singleShot(rest.toInt(), this, &DemoScript::next);
+      return;
+    }
+    if (command == QLatin1String("resize")) {
+      window_->resize(rest.section(QLatin1Char(' '), 0, 0).toInt(),
+                      rest.section(QLatin1Char(' '), 1, 1).toInt());
+      QTimer::singleShot(200, this, &DemoScript::next);
+      return;
+    }
+    if (command == QLatin1String("screenshot")) {
+      if (!screenshot(rest.section(QLatin1Char(' '), 0, 0), rest.section(QLatin1Char(' '), 1))) {
+        fail(QStringLiteral("screenshot failed: %1").arg(rest));
+        return;
+      }
+      continue;
+    }
+    if (command == QLatin1String("export-timeline")) {
+      const bool ok = rest.endsWith(QLatin1String(".svg")) ? window_->timeline()->export_svg(rest)
+                                                           : window_->timeline()->export_png(rest);
+      if (!ok) {
+        fail(QStringLiteral("export failed: %1").arg(rest));
+        return;
+      }
+      continue;
+    }
+    if (command == QLatin1String("quit")) {
+      window_->close();
+      QApplication::exit(0);
+      return;
+    }
+    fail(QStringLiteral("unknown command: %1").arg(line));
+    return;
+  }
+}
+
+}  // namespace engram::ui

@@ -1,0 +1,41 @@
+// Drives the real window from a text file, one command a line, for screenshots and demos
+// (`engram --demo-script FILE`). Commands wait for what they start:
+//   wait-model                 until the model has loaded (or failed)
+//   new                        a new conversation
+//   type TEXT                  types TEXT into the message box as key presses, then Enter
+//   wait-reply                 until the answer is complete
+//   regenerate                 regenerates the last answer (and waits)
+//   sleep MS
+//   resize W H
+//   screenshot WHAT FILE       WHAT: window, chat, conversations, model, timeline, memory
+//   export-timeline FILE       PNG or SVG by extension
+//   quit
+// '#' starts a comment. A failing command prints why and quits with status 1.
+#pragma once
+
+#include <QObject>
+#include <QStringList>
+
+namespace engram::ui {
+
+class MainWindow;
+
+class DemoScript : public QObject {
+  Q_OBJECT
+
+ public:
+  DemoScript(MainWindow* window, const QString& path, QObject* parent = nullptr);
+  void start();
+
+ private:
+  void next();
+  void wait_until(const std::function<bool()>& done, int timeout_ms);
+  void fail(const QString& why);
+  bool screenshot(const QString& what, const QString& file);
+
+  MainWindow* window_;
+  QStringList lines_;
+  int line_ = 0;
+};
+
+}  // namespace engram::ui

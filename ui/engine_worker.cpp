@@ -1,0 +1,211 @@
+#include "ui/engine_worker.h"
+
+#include <QDateTime>
+#include <new>
+
+#include "ui/engine_events.h"
+
+namespace engram::ui {
+namespace {
+
+// Live memory updates while generating: often enough to look live, rare enough to cost nothing.
+constexpr qint64 kMemoryUpdateMs = 100;
+
+QString message_of(const std::exception& e) {
+  return QString::fromStdString(e.what());
+}
+
+// GPU out-of-memory reaches us as bad_alloc or as a torch error whose text says so.
+QString readable(const std::exception& e) {
+  const QString what = message_of(e);
+  if (dynamic_cast<const std::bad_alloc*>(&e) || what.contains(QStringLiteral("out of memory"))) {
+    return QObject::tr("Out of memory: %1. Try a smaller model, fewer tokens or the CPU.")
+        .arg(what.section(QLatin1Char('\n'), 0, 0));
+  }
+  return what.section(QLatin1Char('\n'), 0, 2);
+}
+
+}  // namespace
+
+void register_worker_metatypes() {
+  register_engine_metatypes();
+  qRegisterMetaType<engram::ModelInfo>();
+  qRegisterMetaType<engram::ModelLoadRequest>();
+  qRegisterMetaType<engram::ModelLoadProgress>();
+  qRegisterMetaType<engram::AssistantSampling>();
+  qRegisterMetaType<engram::ConversationInfo>();
+  qRegisterMetaType<QVector<engram::ConversationInfo>>();
+  qRegisterMetaType<engram::OpenedConversation>();
+  qRegisterMetaType<engram::ReplyStats>();
+  qRegisterMetaType<engram::MemorySnapshot>();
+}
+
+EngineWorker::EngineWorker(QString profile_dir, EngineEvents* events)
+    : profile_dir_(std::move(profile_dir)), events_(events) {
+  register_worker_metatypes();
+}
+
+EngineWorker::~EngineWorker() = default;
+
+void EngineWorker::stop() {
+  if (Assistant* a = running_.load()) a->stop();
+}
+
+bool EngineWorker::ready() {
+  if (assistant_) return true;
+  Q_EMIT error(tr("The profile is not open."));
+  return false;
+}
+
+void EngineWorker::openProfile() {
+  try {
+    assistant_ = std::make_unique<Assistant>(profile_dir_.toStdString());
+    assistant_->set_observer(events_);
+    running_ = assistant_.get();
+    Q_EMIT profileOpened(QString::fromStdString(assistant_->profile_dir().string()));
+  } catch (const std::exception& e) {
+    Q_EMIT profileFailed(message_of(e));
+  }
+}
+
+void EngineWorker::loadModel(const ModelLoadRequest& request) {
+  if (!ready()) return;
+  try {
+    const ModelInfo info = assistant_->load(
+        request, [this](const ModelLoadProgress& p) { Q_EMIT modelLoadProgress(p); });
+    Q_EMIT modelLoaded(info);
+    refreshMemory();
+  } catch (const std::exception& e) {
+    Q_EMIT modelLoadFailed(tr("Could not load the model from %1: %2")
+                               .arg(QString::fromStdString(request.dir.string()), readable(e)));
+  }
+}
+
+void EngineWorker::listConversations(const QString& search) {
+  if (!ready()) return;
+  try {
+    const auto found = assistant_->search_conversations(search.toStdString());
+    Q_EMIT conversationsListed(QVector<ConversationInfo>(found.begin(), found.end()), search);
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("Could not list conversations: %1").arg(message_of(e)));
+  }
+}
+
+void EngineWorker::newConversation() {
+  if (!ready()) return;
+  try {
+    OpenedConversation opened;
+    opened.info = assistant_->new_conversation();
+    Q_EMIT conversationOpened(opened);
+    Q_EMIT conversationsChanged();
+    refreshMemory();
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("Could not create a conversation: %1").arg(message_of(e)));
+  }
+}
+
+void EngineWorker::openConversation(qint64 id) {
+  if (!ready()) return;
+  try {
+    Q_EMIT conversationOpened(assistant_->open_conversation(id));
+    refreshMemory();
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("Could not open conversation %1: %2").arg(id).arg(message_of(e)));
+  }
+}
+
+void EngineWorker::renameConversation(qint64 id, const QString& name) {
+  if (!ready()) return;
+  try {
+    assistant_->rename_conversation(id, name.toStdString());
+    Q_EMIT conversationsChanged();
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("Could not rename: %1").arg(message_of(e)));
+  }
+}
+
+void EngineWorker::deleteConversation(qint64 id) {
+  if (!ready()) return;
+  try {
+    const bool was_open = assistant_->current_conversation() == id;
+    assistant_->delete_conversation(id);
+    if (was_open) Q_EMIT conversationClosed();
+    Q_EMIT conversationsChanged();
+    refreshMemory();
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("Could not delete: %1").arg(message_of(e)));
+  }
+}
+
+void EngineWorker::stream(const std::string& text) {
+  Q_EMIT replyText(QString::fromStdString(text));
+  const qint64 now = QDateTime::currentMSecsSinceEpoch();
+  if (now - last_memory_ms_ >= kMemoryUpdateMs) {
+    last_memory_ms_ = now;
+    Q_EMIT memoryChanged(assistant_->memory());
+  }
+}
+
+void EngineWorker::send(const QString& text, const AssistantSampling& sampling) {
+  if (!ready()) return;
+  const bool had_conversation = assistant_->current_conversation().has_value();
+  Q_EMIT replyStarted(false);
+  last_memory_ms_ = 0;
+  try {
+    const ReplyStats stats =
+        assistant_->send(text.toStdString(), sampling, [this](const std::string& t) { stream(t); });
+    Q_EMIT replyFinished(stats);
+    if (!had_conversation) Q_EMIT conversationStarted(*assistant_->current_conversation());
+    Q_EMIT conversationsChanged();
+  } catch (const std::exception& e) {
+    Q_EMIT replyFailed(readable(e), text);
+  }
+  refreshMemory();
+}
+
+void EngineWorker::regenerate(const AssistantSampling& sampling) {
+  if (!ready()) return;
+  Q_EMIT replyStarted(true);
+  last_memory_ms_ = 0;
+  try {
+    const ReplyStats stats =
+        assistant_->regenerate(sampling, [this](const std::string& t) { stream(t); });
+    Q_EMIT replyFinished(stats);
+    Q_EMIT conversationsChanged();
+  } catch (const std::exception& e) {
+    Q_EMIT replyFailed(readable(e), QString());
+  }
+  refreshMemory();
+}
+
+void EngineWorker::refreshMemory() {
+  if (!assistant_) return;
+  try {
+    Q_EMIT memoryChanged(assistant_->memory());
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("Memory inspector: %1").arg(message_of(e)));
+  }
+}
+
+QThread* start_engine_thread(EngineWorker* worker, QObject* parent) {
+  auto* thread = new QThread(parent);
+  thread->setObjectName(QStringLiteral("engram-engine"));
+  worker->moveToThread(thread);
+  thread->start();
+  return thread;
+}
+
+void EngineWorker::shutdown() {
+  running_ = nullptr;
+  assistant_.reset();
+}
+
+void stop_engine_thread(EngineWorker* worker, QThread* thread) {
+  worker->stop();
+  QMetaObject::invokeMethod(worker, &EngineWorker::shutdown, Qt::BlockingQueuedConnection);
+  thread->quit();
+  thread->wait();
+  delete worker;
+}
+
+}  // namespace engram::ui

@@ -1,0 +1,90 @@
+// The engine's home in the app (GPT4All's ChatLLM pattern): a QObject living on its own QThread
+// that owns the Assistant. The UI calls its slots through queued connections (or
+// QMetaObject::invokeMethod) and hears back through signals, so the UI thread never waits on the
+// model. The one direct call is stop(), which only raises an atomic flag the generator polls.
+#pragma once
+
+#include <QObject>
+#include <QString>
+#include <QThread>
+#include <QVector>
+#include <atomic>
+#include <memory>
+
+#include "core/engine/assistant.h"
+
+Q_DECLARE_METATYPE(engram::ModelInfo)
+Q_DECLARE_METATYPE(engram::ModelLoadRequest)
+Q_DECLARE_METATYPE(engram::ModelLoadProgress)
+Q_DECLARE_METATYPE(engram::AssistantSampling)
+Q_DECLARE_METATYPE(engram::ConversationInfo)
+Q_DECLARE_METATYPE(engram::OpenedConversation)
+Q_DECLARE_METATYPE(engram::ReplyStats)
+Q_DECLARE_METATYPE(engram::MemorySnapshot)
+
+namespace engram::ui {
+
+class EngineEvents;
+
+class EngineWorker : public QObject {
+  Q_OBJECT
+
+ public:
+  // `events` receives the engine's observer calls (it stays on the UI thread).
+  explicit EngineWorker(QString profile_dir, EngineEvents* events);
+  ~EngineWorker() override;
+
+  // Any thread: asks the running generation to stop after its current token.
+  void stop();
+
+ public Q_SLOTS:
+  void openProfile();
+  void loadModel(const engram::ModelLoadRequest& request);
+  void listConversations(const QString& search);
+  void newConversation();
+  void openConversation(qint64 id);
+  void renameConversation(qint64 id, const QString& name);
+  void deleteConversation(qint64 id);
+  void send(const QString& text, const engram::AssistantSampling& sampling);
+  void regenerate(const engram::AssistantSampling& sampling);
+  void refreshMemory();
+  // Closes the model and the store (the profile lock goes with it).
+  void shutdown();
+
+ Q_SIGNALS:
+  void profileOpened(const QString& dir);
+  void profileFailed(const QString& message);
+  void modelLoadProgress(const engram::ModelLoadProgress& progress);
+  void modelLoaded(const engram::ModelInfo& info);
+  void modelLoadFailed(const QString& message);
+  void conversationsListed(const QVector<engram::ConversationInfo>& conversations,
+                           const QString& search);
+  void conversationOpened(const engram::OpenedConversation& conversation);
+  void conversationStarted(qint64 id);
+  void conversationClosed();
+  void replyStarted(bool regenerating);
+  void replyText(const QString& text);
+  void replyFinished(const engram::ReplyStats& stats);
+  void replyFailed(const QString& message, const QString& user_text);
+  void memoryChanged(const engram::MemorySnapshot& snapshot);
+  void conversationsChanged();
+  void error(const QString& message);
+
+ private:
+  bool ready();
+  void stream(const std::string& text);
+
+  QString profile_dir_;
+  EngineEvents* events_;
+  std::unique_ptr<Assistant> assistant_;
+  std::atomic<Assistant*> running_{nullptr};
+  qint64 last_memory_ms_ = 0;
+};
+
+// Starts `worker` on a new thread owned by `parent`; returns the thread.
+QThread* start_engine_thread(EngineWorker* worker, QObject* parent);
+// Stops the generation, closes the worker's store and model, ends the thread, deletes the worker.
+void stop_engine_thread(EngineWorker* worker, QThread* thread);
+void register_worker_metatypes();
+
+}  // namespace engram::ui

@@ -1,0 +1,134 @@
+#include "ui/memory_inspector.h"
+
+#include <QHeaderView>
+#include <QLabel>
+#include <QTableView>
+#include <QVBoxLayout>
+
+namespace engram::ui {
+
+QString format_bytes_short(int64_t b) {
+  if (b >= (1LL << 30)) return QStringLiteral("%1 GiB").arg(b / double(1LL << 30), 0, 'f', 2);
+  if (b >= (1LL << 20)) return QStringLiteral("%1 MiB").arg(b / double(1LL << 20), 0, 'f', 2);
+  if (b >= 1024) return QStringLiteral("%1 KiB").arg(b / 1024.0, 0, 'f', 1);
+  return QStringLiteral("%1 B").arg(b);
+}
+
+MemoryUnitsModel::MemoryUnitsModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void MemoryUnitsModel::set_snapshot(const MemorySnapshot& snapshot) {
+  const bool same_rows = snapshot.units.size() == snapshot_.units.size();
+  if (!same_rows) beginResetModel();
+  snapshot_ = snapshot;
+  if (!same_rows) {
+    endResetModel();
+  } else if (!snapshot_.units.empty()) {
+    Q_EMIT dataChanged(index(0, 0), index(rowCount() - 1, kColumns - 1));
+  }
+}
+
+int MemoryUnitsModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(snapshot_.units.size());
+}
+
+int MemoryUnitsModel::columnCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : kColumns;
+}
+
+QVariant MemoryUnitsModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= rowCount()) return {};
+  const MemoryUnit& u = snapshot_.units[static_cast<size_t>(index.row())];
+  if (role == Qt::TextAlignmentRole) {
+    const bool number =
+        index.column() == kTokens || index.column() == kBytes || index.column() == kVersion;
+    return QVariant::fromValue(Qt::Alignment(number ? Qt::AlignRight | Qt::AlignVCenter
+                                                    : Qt::AlignLeft | Qt::AlignVCenter));
+  }
+  if (role == Qt::UserRole) {
+    if (index.column() == kBytes) return QVariant::fromValue<qlonglong>(u.bytes);
+    if (index.column() == kTokens) return QVariant::fromValue<qlonglong>(u.tokens);
+  }
+  if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
+  switch (index.column()) {
+    case kUnit:
+      return QStringLiteral("%1 %2").arg(QString::fromStdString(u.kind)).arg(u.index);
+    case kRole:
+      return QString::fromStdString(u.role);
+    case kTokens:
+      return QVariant::fromValue<qlonglong>(u.tokens);
+    case kLocation:
+      return QString::fromUtf8(memory_location_name(u.location));
+    case kBytes:
+      return format_bytes_short(u.bytes);
+    case kVersion:
+      return QVariant::fromValue<qlonglong>(u.version);
+    case kState:
+      return QString::fromStdString(u.state);
+    case kText:
+      return QString::fromStdString(u.preview);
+    default:
+      return {};
+  }
+}
+
+QVariant MemoryUnitsModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  static const char* names[] = {"Unit",  "Role",    "Tokens", "KV location",
+                                "Bytes", "Version", "State",  "Text"};
+  return section < kColumns ? tr(names[section]) : QVariant();
+}
+
+MemoryInspector::MemoryInspector(QWidget* parent) : QWidget(parent) {
+  setObjectName(QStringLiteral("memoryInspectorPanel"));
+  model_ = new MemoryUnitsModel(this);
+  table_ = new QTableView(this);
+  table_->setModel(model_);
+  table_->verticalHeader()->hide();
+  table_->setAlternatingRowColors(true);
+  table_->setSelectionBehavior(QAbstractItemView::SelectRows);
+  table_->horizontalHeader()->setStretchLastSection(true);
+  table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
+  totals_ = new QLabel(this);
+  totals_->setObjectName(QStringLiteral("memoryTotals"));
+  totals_->setWordWrap(true);
+  totals_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addWidget(table_, 1);
+  layout->addWidget(totals_);
+  setSnapshot({});
+}
+
+QString MemoryInspector::totals_text() const {
+  return totals_->text();
+}
+
+void MemoryInspector::setSnapshot(const MemorySnapshot& snapshot) {
+  model_->set_snapshot(snapshot);
+  table_->resizeColumnsToContents();
+  QStringList parts;
+  for (int l = 0; l < kMemoryLocationCount; ++l) {
+    const auto loc = static_cast<MemoryLocation>(l);
+    if (loc == MemoryLocation::kNone) continue;
+    parts << tr("%1: %2 tokens, %3")
+                 .arg(QString::fromUtf8(memory_location_name(loc)))
+                 .arg(snapshot.tokens_by_location[l])
+                 .arg(format_bytes_short(snapshot.bytes_by_location[l]));
+  }
+  int64_t text_only = 0;
+  for (const auto& u : snapshot.units)
+    text_only += u.location == MemoryLocation::kNone ? 1 : 0;
+  QString engine = snapshot.engine_device.empty()
+                       ? tr("no model loaded")
+                       : tr("engine cache on %1: %2 tokens, %3")
+                             .arg(QString::fromStdString(snapshot.engine_device))
+                             .arg(snapshot.engine_cached_tokens)
+                             .arg(format_bytes_short(snapshot.engine_cache_bytes));
+  totals_->setText(tr("<b>Totals per location</b><br>%1<br>%2 units, %3 text only<br>%4")
+                       .arg(parts.join(QStringLiteral("<br>")))
+                       .arg(snapshot.units.size())
+                       .arg(text_only)
+                       .arg(engine));
+}
+
+}  // namespace engram::ui

@@ -1,0 +1,404 @@
+#include "ui/timeline_panel.h"
+
+#include <QComboBox>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QHelpEvent>
+#include <QImage>
+#include <QLabel>
+#include <QMessageBox>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QPushButton>
+#include <QSvgGenerator>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <QWheelEvent>
+#include <algorithm>
+#include <cmath>
+
+namespace engram::ui {
+namespace {
+
+constexpr int kLabelWidth = 64;
+constexpr int kAxisHeight = 22;
+constexpr int kLaneHeight = 11;
+constexpr int kRowGap = 5;
+constexpr int kRowHeight = 2 * kLaneHeight + kRowGap;
+
+QString format_us(double us) {
+  if (std::abs(us) >= 1e6) return QStringLiteral("%1 s").arg(us / 1e6, 0, 'f', 2);
+  if (std::abs(us) >= 1e3) return QStringLiteral("%1 ms").arg(us / 1e3, 0, 'f', 2);
+  return QStringLiteral("%1 µs").arg(us, 0, 'f', 1);
+}
+
+QString format_bytes(int64_t b) {
+  if (b >= (1LL << 20)) return QStringLiteral("%1 MiB").arg(b / double(1 << 20), 0, 'f', 2);
+  if (b >= 1024) return QStringLiteral("%1 KiB").arg(b / 1024.0, 0, 'f', 1);
+  return QStringLiteral("%1 B").arg(b);
+}
+
+QColor color_of(const LayerInterval& i) {
+  if (i.lane == TraceLane::kCopy) return QColor(0xe6, 0x8a, 0x00);
+  if (i.phase == "prefill") return QColor(0x2f, 0x6f, 0xd6);
+  if (i.layer < 0) return QColor(0x7a, 0x5c, 0xc4);
+  return QColor(0x2e, 0x9d, 0x5b);
+}
+
+// A tick step of 1, 2 or 5 × 10^n that gives about `target` ticks over `span`.
+double tick_step(double span, int target) {
+  const double raw = span / std::max(1, target);
+  const double p = std::pow(10.0, std::floor(std::log10(std::max(raw, 1e-9))));
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (raw <= m * p) return m * p;
+  }
+  return 10 * p;
+}
+
+}  // namespace
+
+TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
+  setMouseTracking(true);
+  setMinimumHeight(120);
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+}
+
+QSize TimelineView::sizeHint() const {
+  const int rows = timeline_ ? timeline_->rows() : 4;
+  return {640, kAxisHeight + rows * kRowHeight + 8};
+}
+
+void TimelineView::set_timeline(const RequestTimeline* timeline) {
+  timeline_ = timeline;
+  fit();
+  updateGeometry();
+}
+
+void TimelineView::fit() {
+  if (timeline_) {
+    const double pad = std::max(1.0, (timeline_->end_us - timeline_->start_us) * 0.01);
+    view_start_ = timeline_->start_us - pad;
+    view_end_ = timeline_->end_us + pad;
+  } else {
+    view_start_ = 0;
+    view_end_ = 1;
+  }
+  update();
+}
+
+double TimelineView::x_of(double us, double width) const {
+  return kLabelWidth + (us - view_start_) / (view_end_ - view_start_) * (width - kLabelWidth);
+}
+
+double TimelineView::us_of(double x, double width) const {
+  return view_start_ + (x - kLabelWidth) / (width - kLabelWidth) * (view_end_ - view_start_);
+}
+
+void TimelineView::zoom(double factor, double anchor_x) {
+  const double anchor = us_of(anchor_x, width());
+  const double span = std::max(0.5, (view_end_ - view_start_) / factor);
+  const double left = (anchor - view_start_) / (view_end_ - view_start_);
+  view_start_ = anchor - left * span;
+  view_end_ = view_start_ + span;
+  update();
+}
+
+void TimelineView::pan(double dx_pixels) {
+  const double us = dx_pixels / std::max(1, width() - kLabelWidth) * (view_end_ - view_start_);
+  view_start_ -= us;
+  view_end_ -= us;
+  update();
+}
+
+void TimelineView::render_to(QPainter& p, const QSize& size) const {
+  const QPalette& pal = palette();
+  p.fillRect(QRect(QPoint(0, 0), size), pal.color(QPalette::Base));
+  p.setPen(pal.color(QPalette::Text));
+  if (!timeline_) {
+    p.drawText(QRect(QPoint(0, 0), size), Qt::AlignCenter,
+               tr("No request traced yet: send a message."));
+    return;
+  }
+  const double w = size.width();
+  const RequestTimeline& t = *timeline_;
+  // Axis.
+  const double step = tick_step(view_end_ - view_start_, std::max(2, int(w / 110)));
+  QColor grid = pal.color(QPalette::Mid);
+  grid.setAlpha(90);
+  for (double us = std::ceil(view_start_ / step) * step; us <= view_end_; us += step) {
+    const double x = x_of(us, w);
+    if (x < kLabelWidth) continue;
+    p.setPen(grid);
+    p.drawLine(QPointF(x, kAxisHeight - 4), QPointF(x, size.height()));
+    p.setPen(pal.color(QPalette::Text));
+    p.drawText(QRectF(x + 2, 2, 100, kAxisHeight - 4), Qt::AlignLeft | Qt::AlignVCenter,
+               format_us(us - t.start_us));
+  }
+  p.setClipRect(QRectF(kLabelWidth, 0, w - kLabelWidth, size.height()));
+  // Idle gaps: hatched bands over their lane in every row.
+  for (const auto& g : t.gaps) {
+    const double x0 = std::max<double>(kLabelWidth, x_of(g.start_us, w));
+    const double x1 = std::min(w, x_of(g.end_us, w));
+    if (x1 <= x0) continue;
+    const int lane = static_cast<int>(g.lane);
+    for (int row = 0; row < t.rows(); ++row) {
+      const QRectF r(x0, kAxisHeight + row * kRowHeight + lane * kLaneHeight,
+                     std::max(1.0, x1 - x0), kLaneHeight - 1);
+      p.fillRect(r, QBrush(QColor(0xd0, 0x3b, 0x3b, 70)));
+      p.fillRect(r, QBrush(QColor(0xd0, 0x3b, 0x3b, 120), Qt::BDiagPattern));
+    }
+  }
+  for (const auto& i : t.intervals) {
+    const double x0 = x_of(i.start_us, w);
+    const double x1 = x_of(i.end_us, w);
+    if (x1 < kLabelWidth || x0 > w) continue;
+    const int row = t.row_of(i);
+    const QRectF r(x0, kAxisHeight + row * kRowHeight + static_cast<int>(i.lane) * kLaneHeight,
+                   std::max(1.0, x1 - x0), kLaneHeight - 1);
+    p.fillRect(r, color_of(i));
+  }
+  p.setClipping(false);
+  // Row labels.
+  p.setPen(pal.color(QPalette::Text));
+  QFont small = p.font();
+  small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.85));
+  p.setFont(small);
+  for (int row = 0; row < t.rows(); ++row) {
+    const QString name = row < t.layers ? tr("layer %1").arg(row) : tr("other");
+    const double y = kAxisHeight + row * kRowHeight;
+    p.drawText(QRectF(2, y, kLabelWidth - 6, kLaneHeight), Qt::AlignRight | Qt::AlignVCenter, name);
+    p.setPen(pal.color(QPalette::PlaceholderText));
+    p.drawText(QRectF(2, y + kLaneHeight, kLabelWidth - 6, kLaneHeight),
+               Qt::AlignRight | Qt::AlignVCenter, tr("copy"));
+    p.setPen(pal.color(QPalette::Text));
+  }
+}
+
+void TimelineView::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  render_to(p, size());
+}
+
+void TimelineView::wheelEvent(QWheelEvent* event) {
+  const double steps = event->angleDelta().y() / 120.0;
+  if (event->modifiers() & Qt::ShiftModifier) {
+    pan(steps * 60);
+  } else {
+    zoom(std::pow(1.25, steps), event->position().x());
+  }
+  event->accept();
+}
+
+void TimelineView::mousePressEvent(QMouseEvent* event) {
+  drag_from_ = event->pos();
+}
+
+void TimelineView::mouseMoveEvent(QMouseEvent* event) {
+  if (event->buttons() & Qt::LeftButton) {
+    pan(event->pos().x() - drag_from_.x());
+    drag_from_ = event->pos();
+  }
+}
+
+QString TimelineView::describe_at(const QPoint& pos) const {
+  if (!timeline_ || pos.x() < kLabelWidth || pos.y() < kAxisHeight) return {};
+  const int row = (pos.y() - kAxisHeight) / kRowHeight;
+  const int lane = ((pos.y() - kAxisHeight) % kRowHeight) / kLaneHeight;
+  if (row >= timeline_->rows() || lane > 1) return {};
+  const double us = us_of(pos.x(), width());
+  const double slop = 2.0 / std::max(1, width() - kLabelWidth) * (view_end_ - view_start_);
+  for (const auto& i : timeline_->intervals) {
+    if (timeline_->row_of(i) != row || static_cast<int>(i.lane) != lane) continue;
+    if (us < i.start_us - slop || us > i.end_us + slop) continue;
+    QString s = tr("%1 %2 · %3%4\nlayer %5 · %6 tokens\nstart %7 · duration %8")
+                    .arg(QString::fromStdString(i.phase), QString::fromStdString(i.what))
+                    .arg(i.phase == "decode" ? tr(" step %1").arg(i.step) : QString())
+                    .arg(QString())
+                    .arg(i.layer)
+                    .arg(i.tokens)
+                    .arg(format_us(i.start_us - timeline_->start_us), format_us(i.duration_us()));
+    if (i.bytes > 0) s += tr("\n%1 moved").arg(format_bytes(i.bytes));
+    s +=
+        tr("\n%1, %2 clock").arg(QString::fromStdString(i.device), QString::fromStdString(i.clock));
+    return s;
+  }
+  for (const auto& g : timeline_->gaps) {
+    if (static_cast<int>(g.lane) == lane && us >= g.start_us && us <= g.end_us) {
+      return tr("idle %1 lane · %2")
+          .arg(lane == 0 ? tr("compute") : tr("copy"), format_us(g.duration_us()));
+    }
+  }
+  return {};
+}
+
+bool TimelineView::event(QEvent* event) {
+  if (event->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(event);
+    const QString text = describe_at(help->pos());
+    if (text.isEmpty()) {
+      QToolTip::hideText();
+    } else {
+      QToolTip::showText(help->globalPos(), text, this);
+    }
+    return true;
+  }
+  return QWidget::event(event);
+}
+
+TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {
+  setObjectName(QStringLiteral("layerTimelinePanel"));
+  requests_ = new QComboBox(this);
+  requests_->setObjectName(QStringLiteral("timelineRequests"));
+  requests_->setMinimumContentsLength(14);
+  view_ = new TimelineView(this);
+  summary_ = new QLabel(this);
+  summary_->setWordWrap(true);
+  auto* fit = new QPushButton(tr("Fit"), this);
+  auto* zoom_in = new QPushButton(tr("+"), this);
+  auto* zoom_out = new QPushButton(tr("−"), this);
+  auto* open = new QPushButton(tr("Open trace…"), this);
+  auto* png = new QPushButton(tr("PNG…"), this);
+  auto* svg = new QPushButton(tr("SVG…"), this);
+  for (auto* b : {zoom_in, zoom_out})
+    b->setFixedWidth(28);
+  auto* bar = new QHBoxLayout;
+  bar->addWidget(new QLabel(tr("Request"), this));
+  bar->addWidget(requests_, 1);
+  bar->addWidget(zoom_in);
+  bar->addWidget(zoom_out);
+  bar->addWidget(fit);
+  bar->addWidget(open);
+  bar->addWidget(png);
+  bar->addWidget(svg);
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->addLayout(bar);
+  layout->addWidget(view_, 1);
+  layout->addWidget(summary_);
+
+  connect(requests_, &QComboBox::activated, this, [this](int index) {
+    follow_latest_ = index == requests_->count() - 1;
+    show_request(requests_->itemData(index).toLongLong());
+  });
+  connect(fit, &QPushButton::clicked, view_, &TimelineView::fit);
+  connect(zoom_in, &QPushButton::clicked, this, [this] { view_->zoom(2.0, view_->width() / 2.0); });
+  connect(zoom_out, &QPushButton::clicked, this,
+          [this] { view_->zoom(0.5, view_->width() / 2.0); });
+  connect(open, &QPushButton::clicked, this, &TimelinePanel::loadTraceFile);
+  connect(png, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Export PNG"), QStringLiteral("timeline.png"), tr("PNG images (*.png)"));
+    if (!path.isEmpty() && !export_png(path))
+      QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+  });
+  connect(svg, &QPushButton::clicked, this, [this] {
+    const QString path = QFileDialog::getSaveFileName(
+        this, tr("Export SVG"), QStringLiteral("timeline.svg"), tr("SVG images (*.svg)"));
+    if (!path.isEmpty() && !export_svg(path))
+      QMessageBox::warning(this, tr("Export"), tr("Could not write %1").arg(path));
+  });
+  show_summary(nullptr);
+}
+
+void TimelinePanel::addIntervals(const QVector<LayerInterval>& intervals) {
+  if (intervals.isEmpty()) return;
+  for (const auto& i : intervals)
+    model_.add(i);
+  const int64_t latest = model_.requests().back();
+  refresh_requests(follow_latest_ ? latest : requests_->currentData().toLongLong());
+}
+
+void TimelinePanel::refresh_requests(int64_t select) {
+  const auto ids = model_.requests();
+  requests_->blockSignals(true);
+  requests_->clear();
+  int index = -1;
+  for (int64_t id : ids) {
+    const RequestTimeline* t = model_.request(id);
+    requests_->addItem(tr("#%1 · %2").arg(id).arg(format_us(t->end_us - t->start_us)),
+                       QVariant::fromValue<qlonglong>(id));
+    if (id == select) index = requests_->count() - 1;
+  }
+  requests_->setCurrentIndex(index >= 0 ? index : requests_->count() - 1);
+  requests_->blockSignals(false);
+  show_request(requests_->currentData().toLongLong());
+}
+
+void TimelinePanel::show_request(int64_t id) {
+  if (id < 0 && !model_.empty()) id = model_.requests().back();
+  const RequestTimeline* t = model_.request(id);
+  view_->set_timeline(t);
+  show_summary(t);
+  const int index = requests_->findData(QVariant::fromValue<qlonglong>(id));
+  if (index >= 0 && index != requests_->currentIndex()) requests_->setCurrentIndex(index);
+}
+
+void TimelinePanel::show_summary(const RequestTimeline* t) {
+  if (!t) {
+    summary_->setText(
+        tr("Compute intervals are green (decode), blue (prefill), purple (embedding "
+           "and LM head); KV copies orange; idle gaps hatched red."));
+    return;
+  }
+  const double span = t->end_us - t->start_us;
+  double idle = 0;
+  int compute_gaps = 0;
+  for (const auto& g : t->gaps) {
+    if (g.lane == TraceLane::kCompute) {
+      idle += g.duration_us();
+      ++compute_gaps;
+    }
+  }
+  const QString device = t->intervals.empty()
+                             ? QString()
+                             : QString::fromStdString(t->intervals.front().device + ", " +
+                                                      t->intervals.front().clock + " clock");
+  summary_->setText(tr("Request #%1: %2 intervals over %3 layers, %4 (%5). Compute busy %6, idle "
+                       "%7 in %8 gaps; copy busy %9.")
+                        .arg(t->request)
+                        .arg(t->intervals.size())
+                        .arg(t->layers)
+                        .arg(format_us(span), device, format_us(t->busy_us[0]), format_us(idle))
+                        .arg(compute_gaps)
+                        .arg(format_us(t->busy_us[1])));
+}
+
+void TimelinePanel::loadTraceFile() {
+  const QString path = QFileDialog::getOpenFileName(
+      this, tr("Open trace"), {}, tr("Traces (*.jsonl *.json *.trace);;All files (*)"));
+  if (path.isEmpty()) return;
+  try {
+    model_.load_trace_file(path);
+    follow_latest_ = true;
+    refresh_requests(model_.requests().back());
+  } catch (const std::exception& e) {
+    QMessageBox::warning(this, tr("Open trace"), QString::fromStdString(e.what()));
+  }
+}
+
+bool TimelinePanel::export_png(const QString& path) const {
+  const QSize size(std::max(view_->width(), 1200),
+                   std::max(view_->height(), view_->sizeHint().height()));
+  QImage image(size * 2, QImage::Format_ARGB32_Premultiplied);
+  image.setDevicePixelRatio(2);
+  QPainter p(&image);
+  view_->render_to(p, size);
+  p.end();
+  return image.save(path, "PNG");
+}
+
+bool TimelinePanel::export_svg(const QString& path) const {
+  const QSize size(std::max(view_->width(), 1200),
+                   std::max(view_->height(), view_->sizeHint().height()));
+  QSvgGenerator svg;
+  svg.setFileName(path);
+  svg.setSize(size);
+  svg.setViewBox(QRect(QPoint(0, 0), size));
+  svg.setTitle(QStringLiteral("Engram layer timeline"));
+  QPainter p;
+  if (!p.begin(&svg)) return false;
+  view_->render_to(p, size);
+  return p.end();
+}
+
+}  // namespace engram::ui

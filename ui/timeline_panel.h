@@ -1,0 +1,78 @@
+// The layer timeline panel: pick a request, see one row per layer with a compute lane and a KV
+// copy lane, idle gaps hatched; wheel zooms around the cursor, drag pans, tooltips give the
+// duration, tokens and bytes; export to PNG and SVG draws the same picture.
+#pragma once
+
+#include <QWidget>
+#include <vector>
+
+#include "ui/timeline_model.h"
+
+class QComboBox;
+class QLabel;
+
+namespace engram::ui {
+
+class TimelineView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit TimelineView(QWidget* parent = nullptr);
+  void set_timeline(const RequestTimeline* timeline);  // keeps the pointer; nullptr clears
+  void fit();
+  void zoom(double factor, double anchor_x);
+  void pan(double dx_pixels);
+  double view_start_us() const { return view_start_; }
+  double view_end_us() const { return view_end_; }
+  // The picture at `size` over the current view: for paintEvent and the exports.
+  void render_to(QPainter& painter, const QSize& size) const;
+  QSize sizeHint() const override;
+  // Describes what lies under `pos` (interval or gap); empty when nothing.
+  QString describe_at(const QPoint& pos) const;
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  bool event(QEvent* event) override;
+
+ private:
+  double x_of(double us, double width) const;
+  double us_of(double x, double width) const;
+
+  const RequestTimeline* timeline_ = nullptr;
+  double view_start_ = 0;
+  double view_end_ = 1;
+  QPoint drag_from_;
+};
+
+class TimelinePanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit TimelinePanel(QWidget* parent = nullptr);
+  TimelineModel& model() { return model_; }
+  TimelineView* view() const { return view_; }
+
+  // Shows request `id` (the latest when -1).
+  void show_request(int64_t id = -1);
+  bool export_png(const QString& path) const;
+  bool export_svg(const QString& path) const;
+
+ public Q_SLOTS:
+  void addIntervals(const QVector<engram::LayerInterval>& intervals);
+  void loadTraceFile();
+
+ private:
+  void refresh_requests(int64_t select);
+  void show_summary(const RequestTimeline* t);
+
+  TimelineModel model_;
+  QComboBox* requests_;
+  TimelineView* view_;
+  QLabel* summary_;
+  bool follow_latest_ = true;
+};
+
+}  // namespace engram::ui
