@@ -9,8 +9,10 @@ int run_chat(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_bench_restore(int argc, char** argv);  // `bench restore`, dispatched by run_bench
 int run_logits(int argc, char** argv);
-int run_sim(int argc, char** argv);              // the household simulator, interactive
-int run_export_embodied(int argc, char** argv);  // `export embodied`: expert training data
-int run_eval_embodied(int argc, char** argv);    // `eval embodied`: the model as planner
+int run_sim(int argc, char** argv);                  // the household simulator, interactive
+int run_export_embodied(int argc, char** argv);      // `export embodied`: expert training data
+int run_eval_embodied(int argc, char** argv);        // `eval embodied`: the model as planner
+int run_export_conversation(int argc, char** argv);  // `export conversation`: QA/chat data
+int run_eval_conversation(int argc, char** argv);    // `eval conversation`: QA over history
 
 }  // namespace engram::cli

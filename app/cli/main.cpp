@@ -25,7 +25,10 @@ void usage() {
       "  sim      [--seed S] [--tasks N] [--max-steps N]   (type actions; stdin when piped)\n"
       "  export embodied [--out FILE|-] [--sessions N] [--seed S] [--tasks N]\n"
       "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy full]\n"
-      "           [--device D] [--json FILE]\n",
+      "           [--device D] [--json FILE]\n"
+      "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"
+      "           [--max-tokens B]\n"
+      "  eval conversation --model DIR [--episodes N] [--seed S] [--policy full] [--json FILE]\n",
       stderr);
 }
 
@@ -47,6 +50,12 @@ int main(int argc, char** argv) {
     if (command == "export" && sub == "embodied")
       return engram::cli::run_export_embodied(argc, argv);
     if (command == "eval" && sub == "embodied") return engram::cli::run_eval_embodied(argc, argv);
+    if (command == "export" && sub == "conversation") {
+      return engram::cli::run_export_conversation(argc, argv);
+    }
+    if (command == "eval" && sub == "conversation") {
+      return engram::cli::run_eval_conversation(argc, argv);
+    }
     std::fprintf(stderr, "engram-cli: unknown command '%s'\n", command.c_str());
     usage();
     return 2;
