@@ -11,6 +11,7 @@ PACKAGES=(
   libspdlog-dev                    # logging (behind core/log.h)
   nlohmann-json3-dev               # config.json, safetensors headers, traces
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libgl-dev   # the desktop app and Qt Test
+  qt6-svg-dev                      # SVG export of the layer timeline (QSvgGenerator)
   xvfb xauth                       # screenshots of the real window in tests/ui scripts
 )
 missing=()

@@ -34,11 +34,16 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   body_->setOpenExternalLinks(true);
   body_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   body_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  // The bubble takes the chat's width and the text wraps to it (never the other way round).
+  body_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+  body_->setMinimumWidth(0);
   body_->viewport()->setAutoFillBackground(false);
   body_->setStyleSheet(QStringLiteral("QTextBrowser { background: transparent; }"));
   footer_ = new QLabel(this);
   footer_->setObjectName(QStringLiteral("replyStats"));
   footer_->setForegroundRole(QPalette::PlaceholderText);
+  footer_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  footer_->setMinimumWidth(0);
   copy_ = new QToolButton(this);
   copy_->setText(tr("Copy"));
   copy_->setAutoRaise(true);
@@ -132,6 +137,7 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   setObjectName(QStringLiteral("chatView"));
   setWidgetResizable(true);
   setFrameShape(QFrame::NoFrame);
+  setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
   content_ = new QWidget(this);
   layout_ = new QVBoxLayout(content_);
   layout_->setContentsMargins(12, 12, 12, 12);

@@ -19,6 +19,8 @@ ConversationList::ConversationList(QWidget* parent) : QWidget(parent) {
   search_->setClearButtonEnabled(true);
   list_ = new QListWidget(this);
   list_->setUniformItemSizes(true);
+  list_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  list_->setTextElideMode(Qt::ElideRight);
   auto* create = new QPushButton(tr("New"), this);
   create->setToolTip(tr("New conversation (Ctrl+N)"));
   rename_ = new QPushButton(tr("Rename"), this);
