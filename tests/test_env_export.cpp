@@ -51,6 +51,39 @@ class EnvExportTest : public QObject {
     QVERIFY(stats.max_prompt_chars < 6000);
   }
 
+  // A detour step records the expert's action for the state but executes something else, so
+  // the history of the next line does not end with the previous line's target.
+  void detoursTeachRecoveryAndStaySolvable() {
+    EmbodiedExportOptions o;
+    o.first_seed = 200;
+    o.sessions = 6;
+    o.detour_probability = 0.2;
+    std::ostringstream out;
+    const EmbodiedExportStats stats = export_embodied(o, out);
+    QVERIFY(stats.detours > 0);
+    QVERIFY(stats.tasks_solved >= stats.tasks - 1);
+    std::istringstream in(out.str());
+    std::string line, previous_target;
+    int64_t departures = 0, last_step = -1;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      const std::string prompt = j["prompt"];
+      const int64_t step = j["step"];
+      const std::string history = prompt.substr(prompt.rfind("history: ") + 9);
+      if (step == last_step + 1 && history.rfind("none", 0) != 0 &&
+          history.find(previous_target + "\nnext:") == std::string::npos &&
+          history.find(previous_target + " [failed") == std::string::npos)
+        ++departures;
+      previous_target = j["target"];
+      last_step = step;
+    }
+    QVERIFY2(departures > 0, "no line shows a state reached by a detour");
+    EmbodiedExportOptions plain = o;
+    plain.detour_probability = 0;
+    std::ostringstream plain_out;
+    QCOMPARE(export_embodied(plain, plain_out).detours, int64_t{0});
+  }
+
   void sameOptionsSameBytes() {
     EmbodiedExportOptions o;
     o.sessions = 3;

@@ -145,13 +145,17 @@ int run_sim(int argc, char** argv) {
 }
 
 int run_export_embodied(int argc, char** argv) {
-  const Args args(argc, argv, 3, {"out", "sessions", "seed", "tasks", "max-steps", "history"}, {});
+  const Args args(argc, argv, 3,
+                  {"out", "sessions", "seed", "tasks", "max-steps", "history", "detours"}, {});
   env::EmbodiedExportOptions o;
   o.first_seed = static_cast<uint64_t>(args.integer("seed", 0));
   o.sessions = static_cast<int>(args.integer("sessions", 100));
   o.tasks_per_session = static_cast<int>(args.integer("tasks", 5));
   o.max_steps_per_task = static_cast<int>(args.integer("max-steps", 60));
   o.prompt.max_history = static_cast<int>(args.integer("history", 8));
+  o.detour_probability = args.real("detours", 0.0);
+  if (o.detour_probability < 0 || o.detour_probability >= 1)
+    throw UsageError("--detours is a probability in [0, 1)");
   if (o.sessions < 1 || o.tasks_per_session < 1 || o.max_steps_per_task < 1)
     throw UsageError("--sessions, --tasks and --max-steps must be at least 1");
   const std::string path = args.str("out", "-");
@@ -168,12 +172,13 @@ int run_export_embodied(int argc, char** argv) {
   std::fprintf(
       stderr,
       "embodied: %lld lines from %d sessions (seeds %llu..%llu), %lld/%lld tasks solved by "
-      "the expert, prompt chars mean %.0f max %lld\n",
+      "the expert, %lld detours, prompt chars mean %.0f max %lld\n",
       static_cast<long long>(stats.lines), o.sessions,
       static_cast<unsigned long long>(o.first_seed),
       static_cast<unsigned long long>(o.first_seed + o.sessions - 1),
       static_cast<long long>(stats.tasks_solved), static_cast<long long>(stats.tasks),
-      stats.mean_prompt_chars, static_cast<long long>(stats.max_prompt_chars));
+      static_cast<long long>(stats.detours), stats.mean_prompt_chars,
+      static_cast<long long>(stats.max_prompt_chars));
   return 0;
 }
 

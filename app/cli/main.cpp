@@ -23,7 +23,7 @@ void usage() {
       "           [--json FILE]  (first token after restoring KV vs re-prefilling the text)\n"
       "  logits   --model DIR --ids 1,523,87 [--out FILE.npy]\n"
       "  sim      [--seed S] [--tasks N] [--max-steps N]   (type actions; stdin when piped)\n"
-      "  export embodied [--out FILE|-] [--sessions N] [--seed S] [--tasks N]\n"
+      "  export embodied [--out FILE|-] [--sessions N] [--seed S] [--tasks N] [--detours P]\n"
       "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy full]\n"
       "           [--device D] [--json FILE]\n"
       "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"

@@ -4,6 +4,12 @@
 //    "task_index": 2, "step": 31}
 // `step` counts the session's steps (0-based, the step the target is taken at). Seeds are the
 // split: train on [0, N) and hold out seeds past it.
+//
+// With `detour_probability` > 0 the export also teaches recovery (DAgger-style): at such a
+// step the line still carries the expert's action for the state, but the session executes a
+// random detour (walk to a known thing, enter a room, open or close something) instead, so
+// later lines show the expert bringing a drifted state back on course. A model trained only on
+// perfect trajectories never sees the states its own mistakes lead to.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +24,7 @@ struct EmbodiedExportOptions {
   int sessions = 100;
   int tasks_per_session = 5;
   int max_steps_per_task = 60;
+  double detour_probability = 0.0;
   EmbodiedPromptOptions prompt;
 };
 
@@ -27,6 +34,7 @@ struct EmbodiedExportStats {
   int64_t tasks_solved = 0;
   int64_t max_prompt_chars = 0;
   double mean_prompt_chars = 0;
+  int64_t detours = 0;
 };
 
 EmbodiedExportStats export_embodied(const EmbodiedExportOptions& options, std::ostream& out);
