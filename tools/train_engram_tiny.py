@@ -1,0 +1,302 @@
+#!/usr/bin/env python3
+"""Trains Engram's bundled default model, engram-tiny, from data exported by engram-cli.
+
+One reproducible command on the GPU machine (PyTorch, transformers, sentencepiece):
+
+    python3 tools/train_engram_tiny.py --data DATA_DIR --out OUT_DIR --seed 1 --minutes 6
+
+DATA_DIR holds JSON-lines files (optionally gzipped) written by `engram-cli export embodied|conversation`; each line
+has `prompt` and `target` (and `kind`). Steps:
+  1. a SentencePiece BPE tokenizer (byte fallback, identity normalisation) trained on the
+     prompts, targets and the chat-template text;
+  2. a Llama-architecture model (GQA, tied embeddings, 4,096 positions) trained on
+     BOS + encode(prompt) + encode(target) + EOS with the loss on the target and EOS only —
+     exactly the ids the engine feeds at inference (engram-cli eval encodes the same way).
+     QA records of one conversation share their history: they are packed into one sequence,
+     BOS + encode(history + suffix_1) + encode(answer_1) + EOS + encode(suffix_2) +
+     encode(answer_2) + EOS + ..., with the loss on every answer and EOS. The first question
+     sees exactly the inference ids; the history is computed once for ~15 answers instead of
+     once per answer (a 15x saving on the longest sequences of the corpus);
+  3. saved as an ordinary Hugging Face folder (config.json, bf16 safetensors in shards of at
+     most 15 MB, tokenizer.model, generation_config.json) plus train_log.json.
+"""
+import argparse
+import glob
+import gzip
+import json
+import math
+import os
+import random
+import time
+
+import torch
+import sentencepiece as spm
+import transformers
+
+QUESTION_MARK = "\nQuestion: "  # where a QA prompt's history ends
+TEMPLATE_TEXT = ["### System:\n", "### User:\n", "### Assistant:\n", "\n\n"]
+
+
+def read_examples(data_dir):
+    examples = []
+    paths = glob.glob(os.path.join(data_dir, "*.jsonl")) + glob.glob(os.path.join(data_dir, "*.jsonl.gz"))
+    for path in sorted(paths):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt") as f:
+            for line in f:
+                if line.strip():
+                    ex = json.loads(line)
+                    kind = ex.get("kind") or os.path.basename(path).split(".")[0]
+                    examples.append((ex["prompt"], ex["target"], kind))
+    return examples
+
+
+def train_tokenizer(examples, out_dir, vocab, seed):
+    corpus = os.path.join(out_dir, "tokenizer_corpus.txt")
+    rng = random.Random(seed)
+    # One record per QA history: the ~15 questions of a conversation repeat its history.
+    seen, distinct = set(), []
+    for p, t, kind in examples:
+        key = p[:p.rfind(QUESTION_MARK)] if kind == "qa" else None
+        if key is None or key not in seen:
+            seen.add(key)
+            distinct.append((p, t, kind))
+    sample = distinct if len(distinct) < 20000 else rng.sample(distinct, 20000)
+    with open(corpus, "w") as f:
+        # Natural lines: SentencePiece skips lines past max_sentence_length (4,192 bytes).
+        for p, t, _ in sample:
+            f.write(p + "\n" + t + "\n")
+        for t in TEMPLATE_TEXT:
+            f.write(t.strip() + "\n")
+    prefix = os.path.join(out_dir, "tokenizer")
+    spm.SentencePieceTrainer.train(
+        input=corpus, model_prefix=prefix, vocab_size=vocab, model_type="bpe",
+        byte_fallback=True, normalization_rule_name="identity", split_digits=True,
+        remove_extra_whitespaces=False, allow_whitespace_only_pieces=True,
+        unk_id=0, bos_id=1, eos_id=2, pad_id=-1, character_coverage=1.0,
+        input_sentence_size=2000000, shuffle_input_sentence=True, seed_sentencepiece_size=200000,
+        num_threads=16, minloglevel=2)
+    os.remove(corpus)
+    os.rename(prefix + ".model", os.path.join(out_dir, "tokenizer.model"))
+    os.remove(prefix + ".vocab")
+    return spm.SentencePieceProcessor(model_file=os.path.join(out_dir, "tokenizer.model"))
+
+
+def encode_examples(sp, examples, max_len):
+    """Returns [(ids, loss_mask, kind)]; QA records sharing a history are packed (see above)."""
+    prompts = sp.encode([p for p, _, _ in examples], num_threads=16)
+    targets = sp.encode([t for _, t, _ in examples], num_threads=16)
+    out = []
+    dropped = 0
+    groups = {}
+    for (p, t, kind), pi, ti in zip(examples, prompts, targets):
+        cut = p.rfind(QUESTION_MARK) if kind == "qa" else -1
+        if cut < 0:
+            ids = [sp.bos_id()] + pi + ti + [sp.eos_id()]
+            if len(ids) > max_len:
+                dropped += 1
+                continue
+            out.append((ids, [0] * (1 + len(pi)) + [1] * (len(ti) + 1), kind))
+            continue
+        groups.setdefault(p[:cut], []).append((pi, ti, p[cut:]))
+    # Later questions of a group: the suffix alone, without SentencePiece's dummy-prefix piece
+    # (in the inference prompt the suffix continues the history's text).
+    suffixes = sorted({suffix for g in groups.values() for _, _, suffix in g[1:]})
+    suffix_ids = dict(zip(suffixes, sp.encode(suffixes, num_threads=16)))
+    dummy = sp.piece_to_id("\u2581")
+    order_rng = random.Random(len(groups))
+    for group in groups.values():
+        # Every question type must also come straight after the history, as at inference.
+        order_rng.shuffle(group)
+        ids, mask = [], []
+        for pi, ti, suffix in group:
+            if not ids:
+                ids, mask = [sp.bos_id()] + pi, [0] * (1 + len(pi))
+            else:
+                si = suffix_ids[suffix]
+                if si and si[0] == dummy:
+                    si = si[1:]
+                if len(ids) + len(si) + len(ti) + 1 > max_len:
+                    out.append((ids, mask, "qa"))
+                    ids, mask = [sp.bos_id()] + pi, [0] * (1 + len(pi))
+                else:
+                    ids, mask = ids + si, mask + [0] * len(si)
+            if len(ids) + len(ti) + 1 > max_len:
+                dropped += 1
+                ids, mask = [], []
+                continue
+            ids, mask = ids + ti + [sp.eos_id()], mask + [1] * (len(ti) + 1)
+        if ids:
+            out.append((ids, mask, "qa"))
+    return out, dropped
+
+
+def batches(encoded, tokens_per_batch, rng):
+    """Length-bucketed batches of about tokens_per_batch tokens (padding included)."""
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    out = []
+    i = 0
+    while i < len(order):
+        longest = len(encoded[order[min(len(order) - 1, i)]][0])
+        j = i
+        while j < len(order) and (j - i + 1) * max(longest, len(encoded[order[j]][0])) <= tokens_per_batch:
+            longest = max(longest, len(encoded[order[j]][0]))
+            j += 1
+        j = max(j, i + 1)
+        out.append(order[i:j])
+        i = j
+    rng.shuffle(out)
+    return out
+
+
+def collate(encoded, idx, device):
+    """Right padding and no attention mask: with a causal mask no real token sees a pad, and
+    SDPA keeps its flash kernel (a padding mask would force the slower masked path)."""
+    length = max(len(encoded[i][0]) for i in idx)
+    ids = torch.zeros((len(idx), length), dtype=torch.long)
+    labels = torch.full((len(idx), length), -100, dtype=torch.long)
+    for r, i in enumerate(idx):
+        seq, mask, _ = encoded[i]
+        seq_t = torch.tensor(seq)
+        ids[r, :len(seq)] = seq_t
+        # labels are shifted inside the model: label[j] is predicted at position j-1
+        keep = torch.tensor(mask, dtype=torch.bool)
+        labels[r, :len(seq)] = torch.where(keep, seq_t, torch.full_like(seq_t, -100))
+    return ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+
+
+def validation_loss(model, val, tokens_per_batch, device):
+    """Mean loss per target token, overall and per kind."""
+    sums, counts = {}, {}
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        for b in batches(val, tokens_per_batch, random.Random(0)):
+            ids, labels = collate(val, b, device)
+            logits = model(input_ids=ids).logits.float()
+            loss = torch.nn.functional.cross_entropy(
+                logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
+                ignore_index=-100, reduction="none").view(len(b), -1)
+            for r, i in enumerate(b):
+                kind = val[i][2]
+                n = int((labels[r, 1:] != -100).sum())
+                sums[kind] = sums.get(kind, 0.0) + float(loss[r].sum())
+                counts[kind] = counts.get(kind, 0) + n
+    per_kind = {k: sums[k] / max(1, counts[k]) for k in sums}
+    overall = sum(sums.values()) / max(1, sum(counts.values()))
+    return overall, per_kind
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--minutes", type=float, default=6.0)
+    ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--hidden", type=int, default=320)
+    ap.add_argument("--layers", type=int, default=10)
+    ap.add_argument("--heads", type=int, default=10)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--intermediate", type=int, default=864)
+    ap.add_argument("--max-len", type=int, default=4096)
+    ap.add_argument("--tokens-per-batch", type=int, default=65536)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--limit", type=int, default=0, help="use only this many examples (smoke test)")
+    args = ap.parse_args()
+    t_start = time.time()
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    os.makedirs(args.out, exist_ok=True)
+    device = "cuda"
+
+    examples = read_examples(args.data)
+    if args.limit:
+        examples = random.Random(args.seed).sample(examples, min(args.limit, len(examples)))
+    sp = train_tokenizer(examples, args.out, args.vocab, args.seed)
+    encoded, dropped = encode_examples(sp, examples, args.max_len)
+    rng = random.Random(args.seed)
+    rng.shuffle(encoded)
+    n_val = min(300, len(encoded) // 20)
+    val, train = encoded[:n_val], encoded[n_val:]
+    t_data = time.time()
+
+    cfg = transformers.LlamaConfig(
+        vocab_size=sp.get_piece_size(), hidden_size=args.hidden,
+        intermediate_size=args.intermediate, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+        head_dim=args.hidden // args.heads, max_position_embeddings=4096, rms_norm_eps=1e-5,
+        rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
+        attention_bias=False, mlp_bias=False, initializer_range=0.02)
+    cfg._attn_implementation = "sdpa"
+    model = transformers.LlamaForCausalLM(cfg).to(device)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
+                            fused=True)
+    # Exercise validation and saving now, so that a fault shows in seconds, not after the run.
+    validation_loss(model, val[:8], args.tokens_per_batch, device)
+    model.save_pretrained(os.path.join(args.out, "_check"), max_shard_size="15MB")
+    for f in os.listdir(os.path.join(args.out, "_check")):
+        os.remove(os.path.join(args.out, "_check", f))
+    os.rmdir(os.path.join(args.out, "_check"))
+    model.train()
+    print(json.dumps({"examples": len(encoded), "dropped": dropped, "parameters": params,
+                      "data_seconds": round(time.time() - t_start, 1)}), flush=True)
+    budget = args.minutes * 60
+    warmup = 200
+    log = []
+    step = 0
+    seen_tokens = 0
+    train_start = time.time()
+    epoch = 0
+    done = False
+    while not done:
+        for idx in batches(train, args.tokens_per_batch, rng):
+            elapsed = time.time() - train_start
+            if elapsed > budget:
+                done = True
+                break
+            frac = elapsed / budget
+            lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+            for g in opt.param_groups:
+                g["lr"] = lr
+            ids, labels = collate(train, idx, device)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            seen_tokens += sum(len(train[i][0]) for i in idx)
+            if step % 100 == 0:
+                seconds = time.time() - train_start
+                log.append({"step": step, "epoch": epoch, "loss": float(loss), "lr": lr,
+                            "seconds": round(seconds, 1), "tokens": seen_tokens,
+                            "tokens_per_second": round(seen_tokens / max(seconds, 1e-9))})
+                print(json.dumps(log[-1]), flush=True)
+            step += 1
+        epoch += 1
+
+    model.eval()
+    val_loss, val_loss_by_kind = validation_loss(model, val, args.tokens_per_batch, device)
+    model.to(torch.bfloat16).save_pretrained(args.out, max_shard_size="15MB")
+    with open(os.path.join(args.out, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, f, indent=2)
+    kinds = {}
+    for _, _, k in encoded:
+        kinds[k] = kinds.get(k, 0) + 1
+    info = {"command": "python3 tools/train_engram_tiny.py " + " ".join(
+                f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+            "seed": args.seed, "parameters": params, "examples": len(encoded),
+            "examples_by_kind": kinds, "dropped_over_max_len": dropped,
+            "steps": step, "epochs": epoch, "train_tokens": seen_tokens,
+            "validation_loss": val_loss, "validation_loss_by_kind": val_loss_by_kind, "data_seconds": round(t_data - t_start, 1),
+            "train_seconds": round(time.time() - train_start, 1),
+            "wall_seconds": round(time.time() - t_start, 1),
+            "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+            "transformers": transformers.__version__, "log": log}
+    with open(os.path.join(args.out, "train_log.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    print(json.dumps({k: v for k, v in info.items() if k != "log"}))
+
+
+if __name__ == "__main__":
+    main()
