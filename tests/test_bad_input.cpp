@@ -104,6 +104,36 @@ class BadInputTest : public QObject {
     QCOMPARE(cache.lengths()[0], int64_t{0});  // nothing was half-computed into the cache
   }
 
+  // A shape chats through a separate tokenizer only when every id is a row of its embedding.
+  void shapeTokenizerLargerThanTheVocabularyIsRefused() {
+    ModelSource source;
+    source.shape = "tiny";  // 512 embeddings
+    source.tokenizer = test::fixture_model("llama-gqa") / "tokenizer.model";
+    try {
+      load_model(source, kCpu, {});
+      QFAIL("accepted a 32000-piece tokenizer for 512 embeddings");
+    } catch (const ModelError& e) {
+      const QString m = e.what();
+      QVERIFY2(m.contains("tokenizer.model") && m.contains("32000") && m.contains("512"),
+               qPrintable(m));
+    }
+  }
+
+  // bench restore --shape: a history past the shape's positions and a missing tokenizer are
+  // usage errors, said before any weights are made.
+  void benchRestoreShapeLimitsAreClear() {
+    const QString tok =
+        QString::fromStdString((test::fixture_model("llama-gqa") / "tokenizer.model").string());
+    const CliResult past = run_cli({"bench", "restore", "--shape", "qwen2.5-7b", "--tokenizer", tok,
+                                    "--history-tokens", "40000", "--device", "cpu"});
+    QCOMPARE(past.code, 2);
+    QVERIFY2(past.err.contains("positions") && past.err.contains("32768"), qPrintable(past.err));
+    const CliResult no_tokenizer =
+        run_cli({"bench", "restore", "--shape", "tiny-32k", "--device", "cpu"});
+    QCOMPARE(no_tokenizer.code, 2);
+    QVERIFY2(no_tokenizer.err.contains("--tokenizer"), qPrintable(no_tokenizer.err));
+  }
+
   void cudaWithoutCudaIsAnError() {
     if (cuda_available()) QSKIP("this machine has CUDA");
     QVERIFY_EXCEPTION_THROWN(choose_device("cuda", "auto"), std::runtime_error);

@@ -2,12 +2,15 @@
 // session with its KV, and the next reply equals one computed over a re-prefilled history while
 // prefilling only the new turn. KV of another model or a damaged blob is never used: the cache is
 // rebuilt from the stored text and the caller is told why. engram-cli chat --conversation resumes
-// across processes.
+// across processes. A named shape with random weights and a separate tokenizer (what
+// `bench restore --shape` measures on a GPU) round-trips through the same store, and its
+// fingerprint follows its weights.
 #include <QProcess>
 #include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/engine/chat_session.h"
 #include "core/engine/conversation_store.h"
@@ -39,6 +42,23 @@ bool same_history(const std::vector<ChatMessage>& a, const std::vector<ChatMessa
 
 double max_difference(const at::Tensor& a, const at::Tensor& b) {
   return (a - b).abs().max().item<double>();
+}
+
+// The tiny shape with the Llama-2 vocabulary, random weights, chatting through the 32k
+// tokenizer of the llama-gqa fixture (its ids are rows of the shape's embedding).
+LoadedModel tiny_shape(uint64_t seed) {
+  ModelSource source;
+  source.shape = "tiny-32k";
+  source.seed = seed;
+  source.tokenizer = test::fixture_model("llama-gqa") / "tokenizer.model";
+  return load_model(source, choose_device("cpu", "f32"), {});
+}
+
+std::vector<ChatMessage> text_history() {
+  return {{"user", "Hello there, how are you today?"},
+          {"assistant", "Very well, thank you. I was reading about rivers."},
+          {"user", "Tell me about rivers and the sea."},
+          {"assistant", "Rivers run to the sea, and the sea gives rain back to the hills."}};
 }
 
 }  // namespace
@@ -248,6 +268,102 @@ class ConversationRestoreTest : public QObject {
     QCOMPARE(utterances[4].text, std::string("One more thing"));
     QVERIFY(utterances[5].token_end > utterances[4].token_begin);
     QCOMPARE(conversations.find(id)->model_fingerprint, model_.fingerprint);
+  }
+
+  // As `bench restore --shape` does it: a history prefilled from text and saved, then the first
+  // token of the next answer from the restored KV equals that of a re-prefill of the stored text.
+  void shapeModelRoundTripsInTheStore() {
+    LoadedModel model = tiny_shape(0);
+    QVERIFY(model.tokenizer && model.chat_template);
+    QCOMPARE(model.chat_template->kind(), ChatTemplateKind::kLlama2);  // from the fixture folder
+    QVERIFY2(model.fingerprint.starts_with("shape:tiny-32k:seed0:"), model.fingerprint.c_str());
+    QTemporaryDir profile;
+    int64_t tokens = 0;
+    {
+      ChatSession session(model);
+      session.set_history(text_history());
+      tokens = session.prefill_history();
+      storage::Database db(profile.path().toStdString());
+      ConversationStore(db).save("shape", session);
+    }
+    QVERIFY(tokens > 40);
+    {
+      storage::Database db(profile.path().toStdString(), storage::Access::kReadOnly);
+      const auto records = storage::KvBlobStore(db).list_all();
+      QCOMPARE(records.size(), size_t{2});
+      for (const auto& r : records)
+        QCOMPARE(r.model_fingerprint, model.fingerprint);
+    }
+
+    const std::string next = "And what about gardens?";
+    ChatSession restored(model);
+    const ConversationRestore r = restore(profile.path(), "shape", restored);
+    QVERIFY2(r.kv_restored, r.rebuild_reason.c_str());
+    QCOMPARE(r.cached_tokens, tokens);
+    const ChatReply from_store = restored.reply(next, greedy(4), {});
+    QCOMPARE(from_store.reused_tokens, tokens);
+
+    ChatSession reprefilled(model);
+    reprefilled.set_history(text_history());
+    const ChatReply from_text = reprefilled.reply(next, greedy(4), {});
+    QCOMPARE(from_text.reused_tokens, int64_t{0});
+    QCOMPARE(from_text.generation.prompt_tokens, tokens + from_store.generation.prompt_tokens);
+    QCOMPARE(from_store.generation.tokens.at(0), from_text.generation.tokens.at(0));
+    QCOMPARE(from_store.generation.tokens, from_text.generation.tokens);
+  }
+
+  // Same shape and seed: same fingerprint; another seed: other weights, so the stored KV is
+  // refused as another model's and rebuilt from text.
+  void shapeFingerprintFollowsTheWeights() {
+    LoadedModel a = tiny_shape(0);
+    LoadedModel again = tiny_shape(0);
+    LoadedModel b = tiny_shape(1);
+    QCOMPARE(again.fingerprint, a.fingerprint);
+    QVERIFY(b.fingerprint != a.fingerprint);
+    QVERIFY(b.fingerprint.starts_with("shape:tiny-32k:seed1:"));
+
+    QTemporaryDir profile;
+    {
+      ChatSession session(a);
+      session.set_history(text_history());
+      session.prefill_history();
+      storage::Database db(profile.path().toStdString());
+      ConversationStore(db).save("shape", session);
+    }
+    ChatSession same(again);
+    QVERIFY(restore(profile.path(), "shape", same).kv_restored);
+    ChatSession other(b);
+    const ConversationRestore r = restore(profile.path(), "shape", other);
+    QVERIFY(!r.kv_restored);
+    QVERIFY2(r.rebuild_reason.find("another model") != std::string::npos, r.rebuild_reason.c_str());
+    QVERIFY(r.prefilled_tokens > 0);
+  }
+
+  // The benchmark end to end on the tiny shape: JSON fields, the shape, the KV restored.
+  void cliBenchRestoreWithShape() {
+    QTemporaryDir tmp;
+    const QString json = tmp.filePath("restore.json");
+    QProcess p;
+    p.start(
+        ENGRAM_BINARY_DIR "/app/cli/engram-cli",
+        {"bench", "restore", "--shape", "tiny-32k", "--tokenizer",
+         QString::fromStdString((test::fixture_model("llama-gqa") / "tokenizer.model").string()),
+         "--history-tokens", "400", "--turn-tokens", "100", "--repeat", "1", "--device", "cpu",
+         "--json", json});
+    QVERIFY(p.waitForFinished(120000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    std::ifstream in(json.toStdString());
+    const nlohmann::json out = nlohmann::json::parse(in);
+    QCOMPARE(out.at("shape").get<std::string>(), std::string("tiny-32k"));
+    QVERIFY(out.at("model_dir").is_null());
+    QVERIFY(out.at("model_fingerprint").get<std::string>().starts_with("shape:tiny-32k:seed0:"));
+    const int64_t tokens = out.at("history_tokens").get<int64_t>();
+    QVERIFY(tokens >= 400);
+    QCOMPARE(out.at("restored").at("reused_tokens").get<int64_t>(), tokens);
+    QVERIFY(out.at("reprefilled").at("prefilled_tokens").get<int64_t>() > tokens);
+    // [2, layers, kv heads, tokens, head dim] f32 plus the int64 ids.
+    QCOMPARE(out.at("kv_blob_bytes").get<int64_t>(), 2 * 2 * 2 * tokens * 16 * 4 + tokens * 8);
+    QVERIFY(out.at("same_first_token").get<bool>());
   }
 };
 

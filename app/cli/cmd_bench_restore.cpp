@@ -8,6 +8,16 @@
 // temporary copy of the folder whose config.json has a larger max_position_embeddings and whose
 // other files are links to the original: the weights do not depend on that field, and the model
 // fingerprint (weights + RoPE settings) is the same as the original's.
+//
+// `--shape NAME --tokenizer FILE` runs the same measurement on a named shape with random weights
+// (e.g. qwen2.5-7b on a GPU, no checkpoint needed): the tokenizer (a SentencePiece
+// tokenizer.model, chat template from its folder) turns the synthetic turns into ids, and the
+// conversation goes through the same ChatSession and store (SQLite rows + KV blob files) as with
+// --model. The tokenizer need not be the shape's own: ids of a smaller tokenizer are valid rows
+// of a bigger embedding (the Llama-2 tokenizer has 32k pieces, a Qwen2.5 shape 152k), and the
+// cost of a prefill or a restore depends on the number of tokens, not on which ids they are.
+// A shape's positions are its family's limit (32768 for Qwen2.5); a longer history is refused
+// before the weights are made.
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,6 +34,7 @@
 #include "core/engine/chat_session.h"
 #include "core/engine/conversation_store.h"
 #include "core/log.h"
+#include "core/model/model_config.h"
 #include "gpu/device_info.h"
 #include "storage/conversation_repository.h"
 #include "storage/database.h"
@@ -102,36 +113,77 @@ std::vector<ChatMessage> synthetic_history(const LoadedModel& model, int64_t tar
 
 int run_bench_restore(int argc, char** argv) {
   auto with_value = model_flags_with_value();
-  with_value.insert({"history-tokens", "turn-tokens", "repeat", "json", "profile"});
+  with_value.insert({"history-tokens", "turn-tokens", "repeat", "json", "profile", "tokenizer"});
   const Args args(argc, argv, 2, with_value, {});
   if (args.positional() != std::vector<std::string>{"restore"})
     throw UsageError("bench restore takes no other positional arguments");
-  if (!args.has("model")) throw UsageError("bench restore needs --model DIR (with a tokenizer)");
+  const bool use_shape = args.has("shape");
+  if (args.has("model") == use_shape) {
+    throw UsageError(
+        "bench restore needs --model DIR (with a tokenizer) or --shape NAME --tokenizer FILE");
+  }
+  if (use_shape && !args.has("tokenizer")) {
+    throw UsageError(
+        "bench restore --shape needs --tokenizer FILE (a SentencePiece "
+        "tokenizer.model, e.g. tests/data/models/llama-gqa/tokenizer.model)");
+  }
+  if (!use_shape && args.has("tokenizer"))
+    throw UsageError("--tokenizer is for --shape; a model folder uses its own tokenizer.model");
   const int64_t history_tokens = args.integer("history-tokens", 20000);
   const int64_t turn_tokens = args.integer("turn-tokens", 200);
   const int64_t repeat = std::max<int64_t>(1, args.integer("repeat", 3));
   if (history_tokens < 16) throw UsageError("--history-tokens must be at least 16");
 
   const fs::path model_dir = args.str("model", "");
+  const std::string shape = args.str("shape", "");
+  const int64_t needed_positions = history_tokens + 2 * turn_tokens + 512;
+  int64_t original_positions = 0;
+  if (use_shape) {
+    original_positions = named_shape(shape).max_positions;  // unknown names fail here
+    if (needed_positions > original_positions) {
+      throw UsageError("--history-tokens " + std::to_string(history_tokens) +
+                       " with --turn-tokens " + std::to_string(turn_tokens) + " needs up to " +
+                       std::to_string(needed_positions) + " positions; shape " + shape + " has " +
+                       std::to_string(original_positions) + " (history + 2 turns + 512 must fit)");
+    }
+  }
   char scratch_template[] = "/tmp/engram-bench-restore-XXXXXX";
   if (!mkdtemp(scratch_template)) throw std::runtime_error("cannot create a temporary folder");
   const fs::path scratch = scratch_template;
+  // The scratch folder (with the default profile: a KV blob of up to a gigabyte) goes on any exit.
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  } remove_scratch{scratch};
   const fs::path profile =
       args.has("profile") ? fs::path(args.str("profile", "")) : scratch / "profile";
 
-  std::ifstream config_in(model_dir / "config.json");
-  if (!config_in) throw std::runtime_error("cannot read " + (model_dir / "config.json").string());
-  const int64_t original_positions =
-      nlohmann::json::parse(config_in).value("max_position_embeddings", int64_t{0});
-  const int64_t needed_positions = history_tokens + 2 * turn_tokens + 512;
+  ModelSource source;
   fs::path load_dir = model_dir;
-  if (needed_positions > original_positions)
-    load_dir = widened_copy(model_dir, needed_positions, scratch / model_dir.filename());
+  if (use_shape) {
+    source.shape = shape;
+    source.tokenizer = args.str("tokenizer", "");
+    source.seed = static_cast<uint64_t>(args.integer("seed", 0));
+  } else {
+    std::ifstream config_in(model_dir / "config.json");
+    if (!config_in) throw std::runtime_error("cannot read " + (model_dir / "config.json").string());
+    original_positions =
+        nlohmann::json::parse(config_in).value("max_position_embeddings", int64_t{0});
+    if (needed_positions > original_positions)
+      load_dir = widened_copy(model_dir, needed_positions, scratch / model_dir.filename());
+    source.dir = load_dir;
+  }
 
   if (args.has("log-level")) log::set_level(log::parse_level(args.str("log-level", "warn")));
   const DeviceChoice device = choose_device(args.str("device", "auto"), args.str("dtype", "auto"));
-  LoadedModel model = load_model({load_dir, "", 0}, device, {});
+  LoadedModel model = load_model(source, device, {});
   if (!model.tokenizer) throw UsageError("bench restore needs a model folder with tokenizer.model");
+  std::fprintf(stderr, "loaded %s (%s, %s) in %.1f s\n", model.name.c_str(),
+               model.decoder->device().str().c_str(), c10::toString(model.decoder->dtype()),
+               model.load_seconds);
 
   // The stored conversation: synthetic turns, prefilled once and saved with their KV.
   std::vector<ChatMessage> history = synthetic_history(model, history_tokens, turn_tokens);
@@ -207,7 +259,16 @@ int run_bench_restore(int argc, char** argv) {
   nlohmann::json out;
   out["benchmark"] = "engram-restore";
   out["model"] = model.name;
-  out["model_dir"] = model_dir.string();
+  out["model_dir"] = use_shape ? nlohmann::json(nullptr) : nlohmann::json(model_dir.string());
+  if (use_shape) {
+    out["shape"] = shape;
+    out["shape_note"] =
+        "random weights (seed " + std::to_string(source.seed) + ") of the named shape; text " +
+        "tokenized with " + source.tokenizer.string() + " (" +
+        std::to_string(model.tokenizer->vocab_size()) + " pieces, valid ids in the shape's " +
+        std::to_string(model.config.vocab_size) + "-row embedding); timings depend on the " +
+        "token count, not on the ids";
+  }
   out["model_fingerprint"] = model.fingerprint;
   out["max_position_embeddings_original"] = original_positions;
   out["max_position_embeddings_used"] = model.config.max_positions;
@@ -248,8 +309,6 @@ int run_bench_restore(int argc, char** argv) {
     f << out.dump(2) << '\n';
     if (!f) throw std::runtime_error("cannot write " + args.str("json", ""));
   }
-  std::error_code ignored;
-  fs::remove_all(scratch, ignored);
   return 0;
 }
 

@@ -376,7 +376,7 @@ ModelConfig named_shape(const std::string& name) {
     c.max_positions = 8192;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001};
-  } else if (name == "tiny") {
+  } else if (name == "tiny" || name == "tiny-32k") {
     llama();
     c.hidden_size = 64;
     c.intermediate_size = 128;
@@ -384,7 +384,9 @@ ModelConfig named_shape(const std::string& name) {
     c.num_heads = 4;
     c.num_kv_heads = 2;
     c.head_dim = 16;
-    c.vocab_size = 512;
+    // tiny-32k: the Llama-2 vocabulary, for tests that chat with random weights through the
+    // 32k tokenizer in tests/data (ModelSource::tokenizer needs every id to be an embedding row).
+    c.vocab_size = name == "tiny" ? 512 : 32000;
     c.max_positions = 2048;
     c.bos_token_id = 1;
     c.eos_token_ids = {2};
@@ -398,7 +400,7 @@ ModelConfig named_shape(const std::string& name) {
 }
 
 std::vector<std::string> named_shapes() {
-  return {"qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-14b", "llama3-8b", "tiny"};
+  return {"qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-14b", "llama3-8b", "tiny", "tiny-32k"};
 }
 
 }  // namespace engram

@@ -18,9 +18,9 @@ enum class RopeScalingType { kNone, kLinear, kLlama3 };
 struct RopeConfig {
   double theta = 10000.0;
   RopeScalingType scaling = RopeScalingType::kNone;
-  double factor = 1.0;            // linear and llama3
-  double low_freq_factor = 1.0;   // llama3
-  double high_freq_factor = 4.0;  // llama3
+  double factor = 1.0;                    // linear and llama3
+  double low_freq_factor = 1.0;           // llama3
+  double high_freq_factor = 4.0;          // llama3
   int64_t original_max_positions = 8192;  // llama3
 };
 
@@ -38,8 +38,8 @@ struct ModelConfig {
   RopeConfig rope;
   int64_t max_positions = 0;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v projections carry a bias (Qwen2 always)
-  bool qk_norm = false;         // per-head RMSNorm on q and k before RoPE (Qwen3)
+  bool attention_bias = false;            // q/k/v projections carry a bias (Qwen2 always)
+  bool qk_norm = false;                   // per-head RMSNorm on q and k before RoPE (Qwen3)
   std::optional<int64_t> sliding_window;  // Mistral: attend to the last N positions only
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
@@ -61,7 +61,8 @@ ModelConfig load_model_config(const std::filesystem::path& dir);
 ModelConfig parse_model_config(const std::string& json_text, const std::string& origin);
 
 // Real shapes with random weights for speed work: "qwen2.5-0.5b", "qwen2.5-7b",
-// "qwen2.5-14b", "llama3-8b" (and "tiny" for tests). Throws ModelError for an unknown name.
+// "qwen2.5-14b", "llama3-8b" (and "tiny", "tiny-32k" with the Llama-2 vocabulary, for tests).
+// Throws ModelError for an unknown name.
 ModelConfig named_shape(const std::string& name);
 std::vector<std::string> named_shapes();
 
