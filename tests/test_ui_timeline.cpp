@@ -1,9 +1,13 @@
 // The layer timeline's model: built from the file `engram-cli --trace` writes, it holds every
 // interval of each request, one row per layer, and idle gaps that are exactly the parts of the
-// request where its lane ran nothing; exports write PNG and SVG.
+// request where its lane ran nothing; a file's requests stay apart from the app's own; the view
+// zooms and pans, its tooltips give durations and bytes; exports write PNG and SVG.
 #include <QFile>
 #include <QProcess>
+#include <QPushButton>
 #include <QTemporaryDir>
+#include <QTextStream>
+#include <QWheelEvent>
 #include <QtTest>
 #include <algorithm>
 
@@ -17,9 +21,10 @@ using engram::ui::TimelineModel;
 
 namespace {
 
-LayerInterval interval(int64_t layer, TraceLane lane, double start, double end) {
+LayerInterval interval(int64_t layer, TraceLane lane, double start, double end,
+                       int64_t request = 7) {
   LayerInterval i;
-  i.request = 7;
+  i.request = request;
   i.phase = "decode";
   i.layer = layer;
   i.lane = lane;
@@ -150,6 +155,142 @@ class UiTimelineTest : public QObject {
     panel.view()->fit();
     const QString tip = panel.view()->describe_at(QPoint(panel.view()->width() / 4, 22 + 3));
     QVERIFY2(tip.contains(QStringLiteral("layer 0")), qPrintable(tip));
+  }
+
+  void aTraceFilesRequestsStayApartFromTheAppsOwn() {
+    TimelineModel model(0.5);
+    model.add(interval(0, TraceLane::kCompute, 0, 10, 1));  // the app's request 1
+    const QString path = dir_.filePath(QStringLiteral("other.jsonl"));
+    {
+      QFile f(path);
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Text));
+      QTextStream out(&f);
+      // Another process's requests 1 and 2.
+      for (const auto& i :
+           {interval(0, TraceLane::kCompute, 0, 4, 1), interval(1, TraceLane::kCompute, 4, 8, 1),
+            interval(0, TraceLane::kCompute, 0, 3, 2)})
+        out << QString::fromStdString(engram::to_json_line(i)) << "\n";
+    }
+    const std::vector<int64_t> keys = model.load_trace_file(path);
+    QCOMPARE(keys.size(), size_t(2));
+    QCOMPARE(model.requests().size(), size_t(3));
+    QCOMPARE(model.request(1)->intervals.size(), size_t(1));  // untouched
+    QCOMPARE(model.request(keys[0])->intervals.size(), size_t(2));
+    QCOMPARE(model.request(keys[0])->request, int64_t(1));
+    QCOMPARE(model.request(keys[1])->intervals.size(), size_t(1));
+    QCOMPARE(model.label(keys[0]), QStringLiteral("other.jsonl #1"));
+    QCOMPARE(model.label(1), QStringLiteral("#1"));
+    // Loading it again adds two more requests; the app's next request still has its own row.
+    QCOMPARE(model.load_trace_file(path).size(), size_t(2));
+    model.add(interval(0, TraceLane::kCompute, 0, 10, 2));
+    QCOMPARE(model.requests().size(), size_t(6));
+    QCOMPARE(model.request(2)->intervals.size(), size_t(1));
+
+    // A bad line names the file and line, and adds nothing.
+    const QString bad = dir_.filePath(QStringLiteral("bad.jsonl"));
+    {
+      QFile f(bad);
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Text));
+      f.write(
+          QByteArray::fromStdString(engram::to_json_line(interval(0, TraceLane::kCompute, 0, 1))));
+      f.write("\n{not json\n");
+    }
+    try {
+      model.load_trace_file(bad);
+      QFAIL("a bad line was accepted");
+    } catch (const std::runtime_error& e) {
+      QVERIFY2(QString::fromUtf8(e.what()).contains(QStringLiteral("bad.jsonl:2")), e.what());
+    }
+    QCOMPARE(model.requests().size(), size_t(6));
+  }
+
+  void onlyTheLatestLiveRequestsAreKept() {
+    TimelineModel model(0.5, 3);
+    for (int64_t r = 1; r <= 5; ++r)
+      model.add(interval(0, TraceLane::kCompute, 0, 1, r));
+    const std::vector<int64_t> expected = {3, 4, 5};
+    QCOMPARE(model.requests(), expected);
+  }
+
+  void viewZoomsAndPans() {
+    engram::ui::TimelinePanel panel;
+    panel.resize(900, 300);
+    std::vector<LayerInterval> v = {interval(0, TraceLane::kCompute, 0, 1000),
+                                    interval(1, TraceLane::kCompute, 1000, 2000)};
+    panel.addIntervals(QVector<LayerInterval>(v.begin(), v.end()));
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    engram::ui::TimelineView* view = panel.view();
+    view->fit();
+    const double span = view->view_end_us() - view->view_start_us();
+    QVERIFY(view->view_start_us() <= 0 && view->view_end_us() >= 2000);
+    // Wheel up zooms in around the cursor: the time under it stays put.
+    const QPointF at(view->width() * 0.75, 40);
+    auto time_at = [&](double x) {
+      return view->view_start_us() +
+             (x - 64) / (view->width() - 64) * (view->view_end_us() - view->view_start_us());
+    };
+    const double before = time_at(at.x());
+    QWheelEvent wheel(at, view->mapToGlobal(at), QPoint(), QPoint(0, 240), Qt::NoButton,
+                      Qt::NoModifier, Qt::NoScrollPhase, false);
+    QApplication::sendEvent(view, &wheel);
+    const double zoomed = view->view_end_us() - view->view_start_us();
+    QVERIFY2(zoomed < span * 0.7, qPrintable(QStringLiteral("%1 -> %2").arg(span).arg(zoomed)));
+    QVERIFY(qAbs(time_at(at.x()) - before) < 1e-6 * span + 1e-9);
+    // Dragging right moves the view to earlier times by the dragged distance.
+    const double start = view->view_start_us();
+    QTest::mousePress(view, Qt::LeftButton, Qt::NoModifier, QPoint(400, 40));
+    QMouseEvent move(QEvent::MouseMove, QPointF(500, 40), view->mapToGlobal(QPointF(500, 40)),
+                     Qt::NoButton, Qt::LeftButton, Qt::NoModifier);
+    QApplication::sendEvent(view, &move);
+    QTest::mouseRelease(view, Qt::LeftButton, Qt::NoModifier, QPoint(500, 40));
+    const double moved = start - view->view_start_us();
+    QVERIFY(qAbs(moved - 100.0 / (view->width() - 64) * zoomed) < 1e-6 * zoomed);
+    QVERIFY(qAbs((view->view_end_us() - view->view_start_us()) - zoomed) < 1e-6 * zoomed);
+    // Shift+wheel pans without zooming.
+    const double start2 = view->view_start_us();
+    QWheelEvent shift(at, view->mapToGlobal(at), QPoint(), QPoint(0, 120), Qt::NoButton,
+                      Qt::ShiftModifier, Qt::NoScrollPhase, false);
+    QApplication::sendEvent(view, &shift);
+    QVERIFY(view->view_start_us() != start2);
+    QVERIFY(qAbs((view->view_end_us() - view->view_start_us()) - zoomed) < 1e-6 * zoomed);
+    // Fit shows the whole request again; + and - zoom by two.
+    QPushButton* fit = nullptr;
+    QPushButton* plus = nullptr;
+    for (auto* b : panel.findChildren<QPushButton*>()) {
+      if (b->text() == QStringLiteral("Fit")) fit = b;
+      if (b->text() == QStringLiteral("+")) plus = b;
+    }
+    QVERIFY(fit && plus);
+    fit->click();
+    QVERIFY(qAbs((view->view_end_us() - view->view_start_us()) - span) < 1e-6 * span);
+    plus->click();
+    QVERIFY(qAbs((view->view_end_us() - view->view_start_us()) - span / 2) < 1e-6 * span);
+  }
+
+  void tooltipsGiveDurationsBytesAndIdleTime() {
+    engram::ui::TimelinePanel panel;
+    panel.resize(900, 300);
+    std::vector<LayerInterval> v = {interval(0, TraceLane::kCompute, 0, 1000),
+                                    interval(0, TraceLane::kCopy, 0, 500),
+                                    interval(1, TraceLane::kCompute, 1500, 2000)};
+    panel.addIntervals(QVector<LayerInterval>(v.begin(), v.end()));
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    engram::ui::TimelineView* view = panel.view();
+    view->fit();
+    auto x_of = [&](double us) {
+      return int(64 + (us - view->view_start_us()) / (view->view_end_us() - view->view_start_us()) *
+                          (view->width() - 64));
+    };
+    // Row 0: compute lane at y 22..32, copy lane at 33..43 (rows are 27 px).
+    const QString compute = view->describe_at(QPoint(x_of(500), 22 + 5));
+    QVERIFY2(compute.contains(QStringLiteral("duration 1.00 ms")), qPrintable(compute));
+    const QString copy = view->describe_at(QPoint(x_of(250), 22 + 11 + 5));
+    QVERIFY2(copy.contains(QStringLiteral("4.0 KiB moved")), qPrintable(copy));
+    QVERIFY2(copy.contains(QStringLiteral("duration 500.0 µs")), qPrintable(copy));
+    const QString idle = view->describe_at(QPoint(x_of(1250), 22 + 5));
+    QVERIFY2(idle.contains(QStringLiteral("idle compute lane · 500.0 µs")), qPrintable(idle));
   }
 };
 

@@ -2,18 +2,26 @@
 
 #include <QApplication>
 #include <QClipboard>
+#include <QElapsedTimer>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QResizeEvent>
 #include <QScrollBar>
 #include <QTextBrowser>
 #include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <algorithm>
 
 namespace engram::ui {
 namespace {
+// Streaming re-renders the whole answer's Markdown, which costs more as it grows: wait at least
+// kRenderMs between renders and at least kRenderCostFactor times the last render's cost, so
+// rendering never takes more than about a quarter of the UI thread.
 constexpr int kRenderMs = 50;
-}
+constexpr int kRenderCostFactor = 3;
+constexpr int kRenderMaxMs = 500;
+}  // namespace
 
 MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* parent)
     : QFrame(parent), role_(role), text_(text) {
@@ -37,14 +45,21 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   // The bubble takes the chat's width and the text wraps to it (never the other way round).
   body_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
   body_->setMinimumWidth(0);
+  // The bubble's colour shows through. Only the Base role is set here (no style sheet, which
+  // would freeze the whole palette): Text keeps following the system palette when it changes.
+  QPalette transparent;
+  transparent.setColor(QPalette::Base, Qt::transparent);
+  body_->setPalette(transparent);
   body_->viewport()->setAutoFillBackground(false);
-  body_->setStyleSheet(QStringLiteral("QTextBrowser { background: transparent; }"));
+  body_->viewport()->installEventFilter(this);
   footer_ = new QLabel(this);
   footer_->setObjectName(QStringLiteral("replyStats"));
   footer_->setForegroundRole(QPalette::PlaceholderText);
   footer_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   footer_->setMinimumWidth(0);
+  footer_->setWordWrap(true);  // a narrow chat wraps the stats instead of cutting them
   copy_ = new QToolButton(this);
+  copy_->setObjectName(QStringLiteral("copyButton"));
   copy_->setText(tr("Copy"));
   copy_->setAutoRaise(true);
   regenerate_ = new QToolButton(this);
@@ -81,12 +96,17 @@ void MessageBubble::append(const QString& text) {
 }
 
 void MessageBubble::set_text(const QString& text) {
+  // The final text of a streamed answer is usually what was streamed: render only if it differs
+  // or a render is still pending (a long answer's render is the costliest moment of a reply).
+  if (text == text_ && !render_timer_->isActive()) return;
   text_ = text;
   render();
 }
 
 void MessageBubble::render() {
   render_timer_->stop();
+  QElapsedTimer cost;
+  cost.start();
   // User text is shown as typed; answers are Markdown.
   if (role_ == QLatin1String("user")) {
     body_->setPlainText(text_);
@@ -94,6 +114,8 @@ void MessageBubble::render() {
     body_->setMarkdown(text_.isEmpty() ? QStringLiteral("…") : text_);
   }
   fit_height();
+  render_timer_->setInterval(
+      std::clamp(static_cast<int>(cost.elapsed()) * kRenderCostFactor, kRenderMs, kRenderMaxMs));
 }
 
 void MessageBubble::fit_height() {
@@ -102,13 +124,19 @@ void MessageBubble::fit_height() {
   body_->setFixedHeight(std::max(h, body_->fontMetrics().height() + 8));
 }
 
-void MessageBubble::resizeEvent(QResizeEvent* event) {
-  QFrame::resizeEvent(event);
-  fit_height();
+bool MessageBubble::eventFilter(QObject* watched, QEvent* event) {
+  // The text's width is known only once the layout has sized the body (after the bubble's own
+  // resize): wrap again whenever the body's width changes.
+  if (watched == body_->viewport() && event->type() == QEvent::Resize &&
+      static_cast<QResizeEvent*>(event)->size().width() !=
+          static_cast<QResizeEvent*>(event)->oldSize().width()) {
+    fit_height();
+  }
+  return QFrame::eventFilter(watched, event);
 }
 
 void MessageBubble::set_stats(const ReplyStats& s) {
-  render();
+  if (render_timer_->isActive()) render();
   QString text = tr("first token %1 ms · %2 tokens/s · %3 tokens")
                      .arg(s.time_to_first_token_ms, 0, 'f', 0)
                      .arg(s.tokens_per_s, 0, 'f', 1)
@@ -149,8 +177,12 @@ ChatView::ChatView(QWidget* parent) : QScrollArea(parent) {
   layout_->addWidget(placeholder_);
   layout_->addStretch(1);
   setWidget(content_);
+  // Follow the end of the chat while it is in view (streaming, a footer that wraps after the
+  // answer); a person who scrolled up to read stays where they are.
+  connect(verticalScrollBar(), &QScrollBar::valueChanged, this,
+          [this](int value) { at_end_ = value >= verticalScrollBar()->maximum() - 4; });
   connect(verticalScrollBar(), &QScrollBar::rangeChanged, this, [this](int, int max) {
-    if (busy_) verticalScrollBar()->setValue(max);
+    if (at_end_ || busy_) verticalScrollBar()->setValue(max);
   });
 }
 
@@ -186,6 +218,7 @@ void ChatView::set_busy(bool busy) {
 }
 
 void ChatView::scroll_to_end() {
+  at_end_ = true;
   QTimer::singleShot(0, this,
                      [this] { verticalScrollBar()->setValue(verticalScrollBar()->maximum()); });
 }

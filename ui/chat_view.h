@@ -1,6 +1,7 @@
 // The chat: one bubble per message, answers rendered as Markdown (QTextDocument::setMarkdown),
-// streamed text re-rendered at most every 50 ms so long answers stay cheap, and under each answer
-// its time to first token and tokens/s with copy and regenerate buttons.
+// streamed text re-rendered every 50 ms or more (more as the answer grows, so the UI thread stays
+// free), and under each answer its time to first token and tokens/s with copy and regenerate
+// buttons.
 #pragma once
 
 #include <QFrame>
@@ -36,7 +37,7 @@ class MessageBubble : public QFrame {
   void regenerateRequested();
 
  protected:
-  void resizeEvent(QResizeEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void render();
@@ -76,6 +77,7 @@ class ChatView : public QScrollArea {
   QLabel* placeholder_;
   std::vector<MessageBubble*> bubbles_;
   bool busy_ = false;
+  bool at_end_ = true;
 };
 
 }  // namespace engram::ui

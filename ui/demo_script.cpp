@@ -5,7 +5,9 @@
 #include <QElapsedTimer>
 #include <QFile>
 #include <QKeyEvent>
+#include <QPalette>
 #include <QPixmap>
+#include <QStyle>
 #include <QTimer>
 #include <cstdio>
 
@@ -17,6 +19,33 @@
 #include "ui/timeline_panel.h"
 
 namespace engram::ui {
+namespace {
+
+// What a desktop's dark theme hands the application.
+QPalette dark_palette() {
+  QPalette p;
+  const QColor window(0x2d, 0x2d, 0x30), base(0x1e, 0x1e, 0x1e), text(0xe8, 0xe8, 0xe8);
+  p.setColor(QPalette::Window, window);
+  p.setColor(QPalette::WindowText, text);
+  p.setColor(QPalette::Base, base);
+  p.setColor(QPalette::AlternateBase, QColor(0x34, 0x34, 0x38));
+  p.setColor(QPalette::Text, text);
+  p.setColor(QPalette::Button, window);
+  p.setColor(QPalette::ButtonText, text);
+  p.setColor(QPalette::ToolTipBase, base);
+  p.setColor(QPalette::ToolTipText, text);
+  p.setColor(QPalette::PlaceholderText, QColor(0x9a, 0x9a, 0x9a));
+  p.setColor(QPalette::Highlight, QColor(0x3d, 0x7a, 0xd6));
+  p.setColor(QPalette::HighlightedText, Qt::white);
+  p.setColor(QPalette::Mid, QColor(0x55, 0x55, 0x58));
+  p.setColor(QPalette::Link, QColor(0x6c, 0xa8, 0xff));
+  p.setColor(QPalette::Disabled, QPalette::Text, QColor(0x80, 0x80, 0x80));
+  p.setColor(QPalette::Disabled, QPalette::ButtonText, QColor(0x80, 0x80, 0x80));
+  p.setColor(QPalette::Disabled, QPalette::WindowText, QColor(0x80, 0x80, 0x80));
+  return p;
+}
+
+}  // namespace
 
 DemoScript::DemoScript(MainWindow* window, const QString& path, QObject* parent)
     : QObject(parent), window_(window) {
@@ -103,6 +132,45 @@ void DemoScript::next() {
     if (command == QLatin1String("regenerate")) {
       window_->regenerate();
       wait_until([this] { return !window_->busy(); }, 600000);
+      return;
+    }
+    if (command == QLatin1String("max-tokens")) {
+      AssistantSampling sampling = window_->sampling();
+      sampling.max_new_tokens = rest.toLongLong();
+      window_->set_sampling(sampling);
+      continue;
+    }
+    if (command == QLatin1String("stop")) {
+      window_->stop();
+      wait_until([this] { return !window_->busy(); }, 60000);
+      return;
+    }
+    if (command == QLatin1String("load")) {
+      ModelLoadRequest request;
+      request.dir = rest.section(QLatin1Char(' '), 0, 0).toStdString();
+      const QString device = rest.section(QLatin1Char(' '), 1, 1);
+      const QString dtype = rest.section(QLatin1Char(' '), 2, 2);
+      if (!device.isEmpty()) request.device = device.toStdString();
+      if (!dtype.isEmpty()) request.dtype = dtype.toStdString();
+      window_->showError(QString());
+      window_->loadModel(request);
+      wait_until([this] { return window_->model_loaded() || !window_->error_text().isEmpty(); },
+                 300000);
+      return;
+    }
+    if (command == QLatin1String("trace")) {
+      QString error;
+      if (!window_->timeline()->open_trace_file(rest, &error)) {
+        fail(QStringLiteral("trace: %1").arg(error));
+        return;
+      }
+      continue;
+    }
+    if (command == QLatin1String("palette")) {
+      QApplication::setPalette(rest == QLatin1String("dark")
+                                   ? dark_palette()
+                                   : QApplication::style()->standardPalette());
+      QTimer::singleShot(200, this, &DemoScript::next);
       return;
     }
     if (command == QLatin1String("sleep")) {

@@ -5,6 +5,11 @@
 //   type TEXT                  types TEXT into the message box as key presses, then Enter
 //   wait-reply                 until the answer is complete
 //   regenerate                 regenerates the last answer (and waits)
+//   stop                       stops the answer being generated (as Esc does)
+//   max-tokens N               the most tokens an answer may have from now on
+//   load DIR [DEVICE [DTYPE]]  loads a model folder (waits until it loaded or failed)
+//   trace FILE                 opens a trace file (engram-cli --trace) in the layer timeline
+//   palette dark|light         switches the application palette, as a system theme change does
 //   sleep MS
 //   resize W H
 //   screenshot WHAT FILE       WHAT: window, chat, conversations, model, timeline, memory

@@ -3,6 +3,7 @@
 #include <QDateTime>
 #include <new>
 
+#include "storage/store_error.h"
 #include "ui/engine_events.h"
 
 namespace engram::ui {
@@ -15,17 +16,28 @@ QString message_of(const std::exception& e) {
   return QString::fromStdString(e.what());
 }
 
-// GPU out-of-memory reaches us as bad_alloc or as a torch error whose text says so.
-QString readable(const std::exception& e) {
+}  // namespace
+
+QString readable_error(const std::exception& e) {
   const QString what = message_of(e);
-  if (dynamic_cast<const std::bad_alloc*>(&e) || what.contains(QStringLiteral("out of memory"))) {
-    return QObject::tr("Out of memory: %1. Try a smaller model, fewer tokens or the CPU.")
-        .arg(what.section(QLatin1Char('\n'), 0, 0));
+  // Out of memory reaches us as bad_alloc or as torch's text: "CUDA out of memory. Tried to
+  // allocate …" (CUDA), "DefaultCPUAllocator: not enough memory: …" (CPU), or cuBLAS failing to
+  // get its workspace.
+  const bool oom = dynamic_cast<const std::bad_alloc*>(&e) ||
+                   what.contains(QStringLiteral("out of memory"), Qt::CaseInsensitive) ||
+                   what.contains(QStringLiteral("not enough memory"), Qt::CaseInsensitive) ||
+                   what.contains(QStringLiteral("CUBLAS_STATUS_ALLOC_FAILED"));
+  if (oom) {
+    const QString first = what.section(QLatin1Char('\n'), 0, 0).trimmed();
+    return QObject::tr(
+               "Out of memory%1. Try a smaller model, fewer new tokens, or the CPU; the "
+               "conversation is kept.")
+        .arg(first.isEmpty() || first == QLatin1String("std::bad_alloc")
+                 ? QString()
+                 : QStringLiteral(" (%1)").arg(first));
   }
   return what.section(QLatin1Char('\n'), 0, 2);
 }
-
-}  // namespace
 
 void register_worker_metatypes() {
   register_engine_metatypes();
@@ -76,8 +88,13 @@ void EngineWorker::loadModel(const ModelLoadRequest& request) {
     Q_EMIT modelLoaded(info);
     refreshMemory();
   } catch (const std::exception& e) {
-    Q_EMIT modelLoadFailed(tr("Could not load the model from %1: %2")
-                               .arg(QString::fromStdString(request.dir.string()), readable(e)));
+    const QString dir = QString::fromStdString(
+        request.dir.empty() ? Assistant::bundled_model_dir().string() : request.dir.string());
+    const QString why = readable_error(e);
+    // Model errors name the folder already.
+    Q_EMIT modelLoadFailed(why.contains(dir)
+                               ? tr("Could not load the model: %1").arg(why)
+                               : tr("Could not load the model from %1: %2").arg(dir, why));
   }
 }
 
@@ -109,8 +126,22 @@ void EngineWorker::openConversation(qint64 id) {
   try {
     Q_EMIT conversationOpened(assistant_->open_conversation(id));
     refreshMemory();
+  } catch (const storage::DatabaseCorrupt& e) {
+    QString name = tr("conversation %1").arg(id);
+    try {
+      for (const auto& c : assistant_->list_conversations()) {
+        if (c.id == id) name = QStringLiteral("“%1”").arg(QString::fromStdString(c.name));
+      }
+    } catch (const std::exception&) {
+      // The id names it well enough.
+    }
+    Q_EMIT conversationOpenFailed(
+        id, tr("The conversation %1 is damaged in the store and cannot be opened; the other "
+               "conversations are not affected. (%2)")
+                .arg(name, message_of(e)));
   } catch (const std::exception& e) {
-    Q_EMIT error(tr("Could not open conversation %1: %2").arg(id).arg(message_of(e)));
+    Q_EMIT conversationOpenFailed(
+        id, tr("Could not open conversation %1: %2").arg(id).arg(message_of(e)));
   }
 }
 
@@ -158,7 +189,7 @@ void EngineWorker::send(const QString& text, const AssistantSampling& sampling) 
     if (!had_conversation) Q_EMIT conversationStarted(*assistant_->current_conversation());
     Q_EMIT conversationsChanged();
   } catch (const std::exception& e) {
-    Q_EMIT replyFailed(readable(e), text);
+    Q_EMIT replyFailed(readable_error(e), text);
   }
   refreshMemory();
 }
@@ -173,7 +204,7 @@ void EngineWorker::regenerate(const AssistantSampling& sampling) {
     Q_EMIT replyFinished(stats);
     Q_EMIT conversationsChanged();
   } catch (const std::exception& e) {
-    Q_EMIT replyFailed(readable(e), QString());
+    Q_EMIT replyFailed(readable_error(e), QString());
   }
   refreshMemory();
 }

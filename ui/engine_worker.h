@@ -60,6 +60,8 @@ class EngineWorker : public QObject {
   void conversationsListed(const QVector<engram::ConversationInfo>& conversations,
                            const QString& search);
   void conversationOpened(const engram::OpenedConversation& conversation);
+  // The conversation could not be read (e.g. damaged in the store); the open one stays open.
+  void conversationOpenFailed(qint64 id, const QString& message);
   void conversationStarted(qint64 id);
   void conversationClosed();
   void replyStarted(bool regenerating);
@@ -86,5 +88,8 @@ QThread* start_engine_thread(EngineWorker* worker, QObject* parent);
 // Stops the generation, closes the worker's store and model, ends the thread, deletes the worker.
 void stop_engine_thread(EngineWorker* worker, QThread* thread);
 void register_worker_metatypes();
+// The message the window shows for an engine failure: the first lines of what(), and for any kind
+// of out-of-memory (bad_alloc, CUDA, the CPU allocator) a sentence that says so and what to try.
+QString readable_error(const std::exception& e);
 
 }  // namespace engram::ui

@@ -7,12 +7,14 @@
 #include <QDialogButtonBox>
 #include <QDockWidget>
 #include <QDoubleSpinBox>
+#include <QEvent>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
 #include <QMenuBar>
 #include <QPushButton>
+#include <QRandomGenerator>
 #include <QSettings>
 #include <QShortcut>
 #include <QSpinBox>
@@ -53,9 +55,7 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   banner_->setObjectName(QStringLiteral("errorBanner"));
   banner_->setWordWrap(true);
   banner_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  banner_->setStyleSheet(
-      QStringLiteral("QLabel { background: #fde8e6; color: #7a1c14; border: 1px solid #e0a09a; "
-                     "border-radius: 4px; padding: 6px; }"));
+  style_banner();
   banner_->setVisible(false);
   input_ = new MessageInput(this);
   send_ = new QPushButton(tr("Send"), this);
@@ -105,6 +105,7 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
       conversations_->set_current(current_);
       return;
     }
+    user_chose_conversation_ = true;
     QMetaObject::invokeMethod(worker_, [w = worker_, id] { w->openConversation(id); });
   });
   connect(conversations_, &ConversationList::renameRequested, this,
@@ -160,7 +161,12 @@ QDockWidget* MainWindow::add_panel(const QString& id, const QString& title, QWid
   dock->setObjectName(QStringLiteral("panel_") + id);
   dock->setWidget(panel);
   dock->setAllowedAreas(Qt::AllDockWidgetAreas);
-  addDockWidget(area, dock);
+  // A panel added after the saved layout was restored (a policy's panel, registered late) still
+  // gets its saved place and visibility.
+  const bool restored = layout_restored_ && restoreDockWidget(dock);
+  if (!restored) addDockWidget(area, dock);
+  // A child added to a window already on screen stays hidden until shown.
+  if (!restored && isVisible()) dock->show();
   panels_.insert(id, dock);
   if (panels_menu_) panels_menu_->addAction(dock->toggleViewAction());
   return dock;
@@ -179,6 +185,7 @@ void MainWindow::connect_worker() {
   connect(worker_, &EngineWorker::modelLoadProgress, model_bar_, &ModelBar::set_progress);
   connect(worker_, &EngineWorker::modelLoaded, this, [this](const ModelInfo& info) {
     model_loaded_ = true;
+    loaded_model_ = pending_model_;
     model_bar_->set_loaded(info);
     // Only a model that loaded is remembered for the next start.
     settings_->setValue(QStringLiteral("model/dir"),
@@ -190,17 +197,28 @@ void MainWindow::connect_worker() {
     Q_EMIT modelReady();
   });
   connect(worker_, &EngineWorker::modelLoadFailed, this, [this](const QString& message) {
-    model_bar_->set_failed(message);
     model_loaded_ = model_was_loaded_;  // the worker keeps the previous model
+    if (model_loaded_) {
+      // The picker shows the model that answers, not the folder that failed.
+      model_bar_->set_choice(QString::fromStdString(loaded_model_.dir.string()),
+                             QString::fromStdString(loaded_model_.device),
+                             QString::fromStdString(loaded_model_.dtype));
+    }
+    model_bar_->set_failed(message);
     showError(message);
     Q_EMIT modelFailed(message);
   });
   connect(worker_, &EngineWorker::conversationsListed, this,
           [this](const QVector<ConversationInfo>& list, const QString&) {
             conversations_->set_conversations(list);
-            // At start, bring back the conversation that was open last time (or the latest).
+            // At start, bring back the conversation that was open last time (or the latest),
+            // unless the person already asked for another (Ctrl+N, a click, a message).
             if (first_listing_) {
               first_listing_ = false;
+              if (user_chose_conversation_) {
+                Q_EMIT conversationsRefreshed();
+                return;
+              }
               qint64 id = settings_->value(QStringLiteral("conversation/last"), 0).toLongLong();
               bool found = false;
               for (const auto& c : list)
@@ -217,14 +235,28 @@ void MainWindow::connect_worker() {
     current_ = c.info.id;
     conversations_->set_current(current_);
     settings_->setValue(QStringLiteral("conversation/last"), current_);
+    // A message sent right after New (or a click) goes to this conversation: the worker takes
+    // requests in order. Its two bubbles, already shown, stay below the opened messages.
+    QString sending;
+    if (busy_ && chat_->count() >= 2 && chat_->last()->text().isEmpty())
+      sending = chat_->at(chat_->count() - 2)->text();
     chat_->clear();
     for (const auto& m : c.messages) {
       chat_->add_message(QString::fromStdString(m.role), QString::fromStdString(m.text));
+    }
+    if (!sending.isNull()) {
+      chat_->add_message(QStringLiteral("user"), sending);
+      chat_->add_message(QStringLiteral("assistant"), QString());
     }
     if (!c.note.empty()) statusBar()->showMessage(QString::fromStdString(c.note), 10000);
     banner_->setVisible(false);
     Q_EMIT conversationShown(current_);
   });
+  connect(worker_, &EngineWorker::conversationOpenFailed, this,
+          [this](qint64, const QString& message) {
+            conversations_->set_current(current_);  // the selection goes back to what is shown
+            showError(message);
+          });
   // A send without an open conversation created one; the chat already shows its messages.
   connect(worker_, &EngineWorker::conversationStarted, this, [this](qint64 id) {
     current_ = id;
@@ -293,10 +325,11 @@ void MainWindow::sendText(const QString& text) {
     return;
   }
   banner_->setVisible(false);
+  user_chose_conversation_ = true;
   chat_->add_message(QStringLiteral("user"), text);
   chat_->add_message(QStringLiteral("assistant"), QString());
   set_busy(true);
-  const AssistantSampling s = sampling_;
+  const AssistantSampling s = request_sampling();
   QMetaObject::invokeMethod(worker_, [w = worker_, text, s] { w->send(text, s); });
 }
 
@@ -308,10 +341,11 @@ void MainWindow::regenerate() {
   if (busy_ || !model_loaded_ || !chat_->last() ||
       chat_->last()->role() != QLatin1String("assistant"))
     return;
+  banner_->setVisible(false);
   chat_->remove_last();
   chat_->add_message(QStringLiteral("assistant"), QString());
   set_busy(true);
-  const AssistantSampling s = sampling_;
+  const AssistantSampling s = request_sampling();
   QMetaObject::invokeMethod(worker_, [w = worker_, s] { w->regenerate(s); });
 }
 
@@ -321,6 +355,7 @@ void MainWindow::newConversation() {
     return;
   }
   current_ = 0;
+  user_chose_conversation_ = true;
   chat_->clear();
   QMetaObject::invokeMethod(worker_, &EngineWorker::newConversation);
   input_->setFocus();
@@ -338,13 +373,36 @@ void MainWindow::loadModel(const ModelLoadRequest& request) {
   QMetaObject::invokeMethod(worker_, [w = worker_, request] { w->loadModel(request); });
 }
 
+void MainWindow::style_banner() {
+  // A red banner in either palette: light text on dark red when the system palette is dark.
+  const bool dark = palette().color(QPalette::Window).lightness() < 128;
+  banner_->setStyleSheet(
+      dark ? QStringLiteral("QLabel { background: #5a1d18; color: #ffdcd6; border: 1px solid "
+                            "#a8493f; border-radius: 4px; padding: 6px; }")
+           : QStringLiteral("QLabel { background: #fde8e6; color: #7a1c14; border: 1px solid "
+                            "#e0a09a; border-radius: 4px; padding: 6px; }"));
+}
+
+void MainWindow::changeEvent(QEvent* event) {
+  if (event->type() == QEvent::PaletteChange) style_banner();
+  QMainWindow::changeEvent(event);
+}
+
 void MainWindow::showError(const QString& message) {
   banner_->setText(message);
-  banner_->setVisible(true);
+  banner_->setVisible(!message.isEmpty());  // an empty message clears the banner
 }
 
 QString MainWindow::error_text() const {
   return banner_->isVisible() ? banner_->text() : QString();
+}
+
+AssistantSampling MainWindow::request_sampling() const {
+  AssistantSampling s = sampling_;
+  // Seed 0 means a new seed for every answer, so Regenerate gives another answer; a chosen seed
+  // makes answers reproducible.
+  if (s.seed == 0) s.seed = QRandomGenerator::global()->generate64() | 1;
+  return s;
 }
 
 void MainWindow::set_sampling(const AssistantSampling& s) {
@@ -381,7 +439,7 @@ void MainWindow::edit_sampling() {
   form->addRow(tr("Top-p"), top_p);
   form->addRow(tr("Repetition penalty"), penalty);
   form->addRow(tr("Max new tokens"), max_tokens);
-  form->addRow(tr("Seed"), seed);
+  form->addRow(tr("Seed (0 = new for each answer)"), seed);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
   form->addRow(buttons);
   connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
@@ -417,9 +475,10 @@ void MainWindow::restore_settings() {
       s.value(QStringLiteral("sampling/seed"), qulonglong(sampling_.seed)).toULongLong();
   if (!restoreGeometry(s.value(QStringLiteral("window/geometry")).toByteArray())) resize(1280, 800);
   if (!restoreState(s.value(QStringLiteral("window/state")).toByteArray())) {
-    resizeDocks({panels_.value(QStringLiteral("memory"))}, {470}, Qt::Horizontal);
+    resizeDocks({panels_.value(QStringLiteral("memory"))}, {500}, Qt::Horizontal);
     resizeDocks({panels_.value(QStringLiteral("timeline"))}, {230}, Qt::Vertical);
   }
+  layout_restored_ = true;
 }
 
 void MainWindow::save_settings() {

@@ -41,7 +41,8 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(MainWindowOptions options = {}, QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  // Adds a dockable panel (also listed in View → Panels). `id` names it in the saved layout.
+  // Adds a dockable panel (also listed in View → Panels). `id` names it in the saved layout; a
+  // panel added after construction is put back where the saved layout had it.
   QDockWidget* add_panel(const QString& id, const QString& title, QWidget* panel,
                          Qt::DockWidgetArea area);
   QDockWidget* panel(const QString& id) const { return panels_.value(id); }
@@ -57,6 +58,9 @@ class MainWindow : public QMainWindow {
   bool profile_open() const { return profile_open_; }
   qint64 current_conversation() const { return current_; }
   QString error_text() const;
+  QLabel* error_banner() const { return banner_; }
+  QPushButton* send_button() const { return send_; }
+  QMenu* panels_menu() const { return panels_menu_; }
   AssistantSampling sampling() const { return sampling_; }
   void set_sampling(const AssistantSampling& sampling);
 
@@ -79,6 +83,7 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void changeEvent(QEvent* event) override;
 
  private:
   void build_menus();
@@ -88,6 +93,8 @@ class MainWindow : public QMainWindow {
   void save_settings();
   void edit_sampling();
   void refresh_list();
+  void style_banner();
+  AssistantSampling request_sampling() const;
 
   MainWindowOptions options_;
   QSettings* settings_;
@@ -106,11 +113,14 @@ class MainWindow : public QMainWindow {
   QMap<QString, QDockWidget*> panels_;
   AssistantSampling sampling_;
   ModelLoadRequest pending_model_;
+  ModelLoadRequest loaded_model_;
   bool busy_ = false;
   bool model_loaded_ = false;
   bool model_was_loaded_ = false;
   bool profile_open_ = false;
   bool first_listing_ = true;
+  bool layout_restored_ = false;
+  bool user_chose_conversation_ = false;  // before the first listing came: no automatic reopen
   qint64 current_ = 0;
 };
 

@@ -14,6 +14,24 @@ QString format_bytes_short(int64_t b) {
   return QStringLiteral("%1 B").arg(b);
 }
 
+namespace {
+
+QString state_explained(const std::string& state) {
+  if (state == "cached") return QObject::tr("All its tokens have KV in the engine's cache.");
+  if (state == "partly cached") {
+    return QObject::tr(
+        "Some of its tokens have KV in the cache (e.g. the last token of a reply "
+        "is never fed back); the rest is computed on the next reply.");
+  }
+  if (state == "generating") return QObject::tr("The reply being generated now.");
+  if (state == "text only") {
+    return QObject::tr("Only its text exists; its KV is computed (prefilled) on the next reply.");
+  }
+  return QString::fromStdString(state);
+}
+
+}  // namespace
+
 MemoryUnitsModel::MemoryUnitsModel(QObject* parent) : QAbstractTableModel(parent) {}
 
 void MemoryUnitsModel::set_snapshot(const MemorySnapshot& snapshot) {
@@ -51,9 +69,15 @@ QVariant MemoryUnitsModel::data(const QModelIndex& index, int role) const {
   if (role != Qt::DisplayRole && role != Qt::ToolTipRole) return {};
   switch (index.column()) {
     case kUnit:
-      return QStringLiteral("%1 %2").arg(QString::fromStdString(u.kind)).arg(u.index);
-    case kRole:
-      return QString::fromStdString(u.role);
+      // "#3 user": an utterance by its index and speaker; "#4 turn" for the open turn.
+      if (role == Qt::ToolTipRole) {
+        return QStringLiteral("%1 %2 (%3)")
+            .arg(QString::fromStdString(u.kind))
+            .arg(u.index)
+            .arg(QString::fromStdString(u.role));
+      }
+      return QStringLiteral("#%1 %2").arg(u.index).arg(
+          QString::fromStdString(u.kind == "utterance" ? u.role : u.kind));
     case kTokens:
       return QVariant::fromValue<qlonglong>(u.tokens);
     case kLocation:
@@ -63,6 +87,7 @@ QVariant MemoryUnitsModel::data(const QModelIndex& index, int role) const {
     case kVersion:
       return QVariant::fromValue<qlonglong>(u.version);
     case kState:
+      if (role == Qt::ToolTipRole) return state_explained(u.state);
       return QString::fromStdString(u.state);
     case kText:
       return QString::fromStdString(u.preview);
@@ -72,10 +97,12 @@ QVariant MemoryUnitsModel::data(const QModelIndex& index, int role) const {
 }
 
 QVariant MemoryUnitsModel::headerData(int section, Qt::Orientation orientation, int role) const {
-  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[] = {"Unit",  "Role",    "Tokens", "KV location",
-                                "Bytes", "Version", "State",  "Text"};
-  return section < kColumns ? tr(names[section]) : QVariant();
+  if (orientation != Qt::Horizontal || section < 0 || section >= kColumns) return {};
+  if (role == Qt::ToolTipRole && section == kVersion)
+    return tr("Version: goes up when the unit changes and its KV is computed anew");
+  if (role != Qt::DisplayRole) return {};
+  static const char* names[] = {"Unit", "Tokens", "KV location", "Bytes", "Ver.", "State", "Text"};
+  return tr(names[section]);
 }
 
 MemoryInspector::MemoryInspector(QWidget* parent) : QWidget(parent) {
@@ -86,7 +113,13 @@ MemoryInspector::MemoryInspector(QWidget* parent) : QWidget(parent) {
   table_->verticalHeader()->hide();
   table_->setAlternatingRowColors(true);
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
-  table_->horizontalHeader()->setStretchLastSection(true);
+  // Numbers and states at their width, the text takes the rest (elided): no sideways scrolling.
+  for (int c = 0; c < MemoryUnitsModel::kColumns; ++c) {
+    table_->horizontalHeader()->setSectionResizeMode(
+        c, c == MemoryUnitsModel::kText ? QHeaderView::Stretch : QHeaderView::ResizeToContents);
+  }
+  table_->setTextElideMode(Qt::ElideRight);
+  table_->setWordWrap(false);
   table_->verticalHeader()->setDefaultSectionSize(table_->fontMetrics().height() + 6);
   totals_ = new QLabel(this);
   totals_->setObjectName(QStringLiteral("memoryTotals"));
@@ -105,7 +138,6 @@ QString MemoryInspector::totals_text() const {
 
 void MemoryInspector::setSnapshot(const MemorySnapshot& snapshot) {
   model_->set_snapshot(snapshot);
-  table_->resizeColumnsToContents();
   QStringList parts;
   for (int l = 0; l < kMemoryLocationCount; ++l) {
     const auto loc = static_cast<MemoryLocation>(l);

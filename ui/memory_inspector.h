@@ -17,7 +17,7 @@ class MemoryUnitsModel : public QAbstractTableModel {
   Q_OBJECT
 
  public:
-  enum Column { kUnit, kRole, kTokens, kLocation, kBytes, kVersion, kState, kText, kColumns };
+  enum Column { kUnit, kTokens, kLocation, kBytes, kVersion, kState, kText, kColumns };
   explicit MemoryUnitsModel(QObject* parent = nullptr);
 
   void set_snapshot(const MemorySnapshot& snapshot);

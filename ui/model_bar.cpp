@@ -43,7 +43,9 @@ ModelBar::ModelBar(QWidget* parent) : QWidget(parent) {
   layout->setContentsMargins(6, 2, 6, 2);
   layout->addWidget(new QLabel(tr("Model"), this));
   layout->addWidget(model_);
+  layout->addWidget(new QLabel(tr("Device"), this));
   layout->addWidget(device_);
+  layout->addWidget(new QLabel(tr("dtype"), this));
   layout->addWidget(dtype_);
   layout->addWidget(load_);
   layout->addWidget(progress_);
@@ -151,6 +153,9 @@ void ModelBar::set_progress(const ModelLoadProgress& p) {
 
 void ModelBar::set_loaded(const ModelInfo& info) {
   set_loading(false);
+  loaded_ = tr("%1 · %2 · %3")
+                .arg(QString::fromStdString(info.name), QString::fromStdString(info.device),
+                     QString::fromStdString(info.dtype));
   status_->setText(tr("%1 · %2 layers · %3 · %4 · %5 template · loaded in %6 s")
                        .arg(QString::fromStdString(info.name))
                        .arg(info.layers)
@@ -162,7 +167,8 @@ void ModelBar::set_loaded(const ModelInfo& info) {
 
 void ModelBar::set_failed(const QString& message) {
   set_loading(false);
-  status_->setText(tr("Load failed — see the message above the chat"));
+  status_->setText(loaded_.isEmpty() ? tr("Load failed — see the message above the chat")
+                                     : tr("Load failed — still using %1").arg(loaded_));
   status_->setToolTip(message);
 }
 

@@ -34,6 +34,7 @@ class ModelBar : public QWidget {
   void set_loaded(const ModelInfo& info);
   void set_failed(const QString& message);
   QString status_text() const;
+  QProgressBar* progress_bar() const { return progress_; }
 
  Q_SIGNALS:
   void loadRequested(const engram::ModelLoadRequest& request);
@@ -49,6 +50,7 @@ class ModelBar : public QWidget {
   QProgressBar* progress_;
   QLabel* status_;
   int last_index_ = 0;
+  QString loaded_;  // what set_loaded() last showed; empty before any model loaded
 };
 
 }  // namespace engram::ui

@@ -1,6 +1,7 @@
 #include "ui/timeline_model.h"
 
 #include <QFile>
+#include <QFileInfo>
 #include <algorithm>
 #include <stdexcept>
 
@@ -28,15 +29,21 @@ std::vector<std::pair<double, double>> lane_union(const std::vector<LayerInterva
   return merged;
 }
 
-void TimelineModel::add(const LayerInterval& interval) {
-  RequestTimeline& r = requests_[interval.request];
+RequestTimeline& TimelineModel::slot(int64_t key, int64_t request, const QString& source) {
+  RequestTimeline& r = requests_[key];
   if (r.intervals.empty()) {
-    r.request = interval.request;
-    r.start_us = interval.start_us;
-    r.end_us = interval.end_us;
+    r.key = key;
+    r.request = request;
+    r.source = source;
   }
-  r.intervals.push_back(interval);
-  dirty_[interval.request] = true;
+  dirty_[key] = true;
+  return r;
+}
+
+void TimelineModel::add(const LayerInterval& interval) {
+  const bool is_new = requests_.find(interval.request) == requests_.end();
+  slot(interval.request, interval.request, {}).intervals.push_back(interval);
+  if (is_new) drop_old_live_requests();
 }
 
 void TimelineModel::add(const std::vector<LayerInterval>& intervals) {
@@ -44,29 +51,67 @@ void TimelineModel::add(const std::vector<LayerInterval>& intervals) {
     add(i);
 }
 
-void TimelineModel::load_trace_file(const QString& path) {
+void TimelineModel::drop_old_live_requests() {
+  int live = 0;
+  for (const auto& [key, r] : requests_)
+    live += key > 0 ? 1 : 0;
+  for (auto it = requests_.lower_bound(1); live > max_live_ && it != requests_.end(); --live) {
+    dirty_.erase(it->first);
+    it = requests_.erase(it);
+  }
+}
+
+std::vector<int64_t> TimelineModel::load_trace_file(const QString& path) {
   QFile file(path);
   if (!file.open(QIODevice::ReadOnly | QIODevice::Text)) {
     throw std::runtime_error(path.toStdString() +
                              ": cannot open: " + file.errorString().toStdString());
   }
+  // Parse everything first: a bad line adds nothing.
+  std::vector<LayerInterval> intervals;
   int line_number = 0;
   while (!file.atEnd()) {
     const QByteArray line = file.readLine().trimmed();
     ++line_number;
     if (line.isEmpty()) continue;
     try {
-      add(parse_json_line(line.toStdString()));
+      intervals.push_back(parse_json_line(line.toStdString()));
     } catch (const std::exception& e) {
       throw std::runtime_error(path.toStdString() + ":" + std::to_string(line_number) + ": " +
                                e.what());
     }
   }
+  if (intervals.empty()) throw std::runtime_error(path.toStdString() + ": no intervals");
+  const QString source = QFileInfo(path).fileName();
+  std::map<int64_t, int64_t> key_of;  // the file's request id -> our key
+  for (const auto& i : intervals) {
+    if (key_of.find(i.request) == key_of.end()) key_of[i.request] = 0;
+  }
+  // The file's requests in their order, with keys below every key given so far.
+  next_file_key_ -= static_cast<int64_t>(key_of.size());
+  int64_t key = next_file_key_ + 1;
+  for (auto& [request, k] : key_of)
+    k = key++;
+  for (const auto& i : intervals)
+    slot(key_of[i.request], i.request, source).intervals.push_back(i);
+  std::vector<int64_t> keys;
+  for (const auto& [request, k] : key_of)
+    keys.push_back(k);
+  return keys;
 }
 
 void TimelineModel::clear() {
   requests_.clear();
   dirty_.clear();
+  next_file_key_ = -1;
+}
+
+QString TimelineModel::label(int64_t key) const {
+  auto it = requests_.find(key);
+  if (it == requests_.end()) return {};
+  const RequestTimeline& r = it->second;
+  const QString id = QStringLiteral("#%1").arg(r.request);
+  return r.source.isEmpty() ? id : r.source + QLatin1Char(' ') + id;
 }
 
 std::vector<int64_t> TimelineModel::requests() const {

@@ -21,7 +21,9 @@ struct TimelineGap {
 };
 
 struct RequestTimeline {
-  int64_t request = 0;
+  int64_t key = 0;      // the model's key: the engine's request id, or negative for a file's
+  int64_t request = 0;  // the request id in its source
+  QString source;       // empty: this process's engine; else the trace file's name
   std::vector<LayerInterval> intervals;  // in arrival order
   double start_us = 0;                   // earliest start
   double end_us = 0;                     // latest end
@@ -35,24 +37,37 @@ struct RequestTimeline {
   int row_of(const LayerInterval& interval) const;
 };
 
+// Requests are keyed by the engine's request id when they come from this process's observer,
+// and by negative keys when they come from a trace file: request ids restart in every process, so
+// `engram-cli`'s request 1 must not merge into the app's own request 1.
 class TimelineModel {
  public:
-  // Gaps shorter than this are not marked (timer noise between back-to-back layers).
-  explicit TimelineModel(double min_gap_us = 1.0) : min_gap_us_(min_gap_us) {}
+  // Gaps shorter than this are not marked (timer noise between back-to-back layers). Only the
+  // latest `max_live_requests` of the engine are kept, so weeks of chatting do not grow memory.
+  explicit TimelineModel(double min_gap_us = 1.0, int max_live_requests = 64)
+      : min_gap_us_(min_gap_us), max_live_(max_live_requests) {}
 
-  void add(const LayerInterval& interval);
+  void add(const LayerInterval& interval);  // from the engine: keyed by its request id
   void add(const std::vector<LayerInterval>& intervals);
-  // Reads JSON lines; throws std::runtime_error naming the file and line of a bad record.
-  void load_trace_file(const QString& path);
+  // Reads JSON lines into requests of their own; returns their keys (ascending). Throws
+  // std::runtime_error naming the file and line of a bad record, and then adds nothing.
+  std::vector<int64_t> load_trace_file(const QString& path);
   void clear();
 
-  std::vector<int64_t> requests() const;  // ascending
+  std::vector<int64_t> requests() const;  // ascending: file requests first, then the engine's
   bool empty() const { return requests_.empty(); }
-  // The request's timeline with gaps computed; nullptr for an unknown request.
-  const RequestTimeline* request(int64_t id) const;
+  // The request's timeline with gaps computed; nullptr for an unknown key.
+  const RequestTimeline* request(int64_t key) const;
+  // "#12" for the engine's request 12, "trace.jsonl #1" for a file's.
+  QString label(int64_t key) const;
 
  private:
+  RequestTimeline& slot(int64_t key, int64_t request, const QString& source);
+  void drop_old_live_requests();
+
   double min_gap_us_;
+  int max_live_;
+  int64_t next_file_key_ = -1;
   mutable std::map<int64_t, RequestTimeline> requests_;
   mutable std::map<int64_t, bool> dirty_;
 };

@@ -27,6 +27,7 @@ constexpr int kRowGap = 5;
 constexpr int kRowHeight = 2 * kLaneHeight + kRowGap;
 
 QString format_us(double us) {
+  if (std::abs(us) < 0.05) return QStringLiteral("0");
   if (std::abs(us) >= 1e6) return QStringLiteral("%1 s").arg(us / 1e6, 0, 'f', 2);
   if (std::abs(us) >= 1e3) return QStringLiteral("%1 ms").arg(us / 1e3, 0, 'f', 2);
   return QStringLiteral("%1 µs").arg(us, 0, 'f', 1);
@@ -130,9 +131,11 @@ void TimelineView::render_to(QPainter& p, const QSize& size) const {
     if (x < kLabelWidth) continue;
     p.setPen(grid);
     p.drawLine(QPointF(x, kAxisHeight - 4), QPointF(x, size.height()));
+    // A label that would run past the right edge is left out rather than cut.
+    const QString label = format_us(us - t.start_us);
+    if (x + 2 + p.fontMetrics().horizontalAdvance(label) > w) continue;
     p.setPen(pal.color(QPalette::Text));
-    p.drawText(QRectF(x + 2, 2, 100, kAxisHeight - 4), Qt::AlignLeft | Qt::AlignVCenter,
-               format_us(us - t.start_us));
+    p.drawText(QRectF(x + 2, 2, 100, kAxisHeight - 4), Qt::AlignLeft | Qt::AlignVCenter, label);
   }
   p.setClipRect(QRectF(kLabelWidth, 0, w - kLabelWidth, size.height()));
   // Idle gaps: hatched bands over their lane in every row.
@@ -277,8 +280,9 @@ TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(summary_);
 
   connect(requests_, &QComboBox::activated, this, [this](int index) {
-    follow_latest_ = index == requests_->count() - 1;
-    show_request(requests_->itemData(index).toLongLong());
+    const int64_t key = requests_->itemData(index).toLongLong();
+    follow_latest_ = index == requests_->count() - 1 && key > 0;
+    show_request(key);
   });
   connect(fit, &QPushButton::clicked, view_, &TimelineView::fit);
   connect(zoom_in, &QPushButton::clicked, this, [this] { view_->zoom(2.0, view_->width() / 2.0); });
@@ -305,31 +309,32 @@ void TimelinePanel::addIntervals(const QVector<LayerInterval>& intervals) {
   for (const auto& i : intervals)
     model_.add(i);
   const int64_t latest = model_.requests().back();
-  refresh_requests(follow_latest_ ? latest : requests_->currentData().toLongLong());
+  refresh_requests(follow_latest_ ? latest : shown_);
 }
 
 void TimelinePanel::refresh_requests(int64_t select) {
-  const auto ids = model_.requests();
+  const auto keys = model_.requests();
   requests_->blockSignals(true);
   requests_->clear();
   int index = -1;
-  for (int64_t id : ids) {
-    const RequestTimeline* t = model_.request(id);
-    requests_->addItem(tr("#%1 · %2").arg(id).arg(format_us(t->end_us - t->start_us)),
-                       QVariant::fromValue<qlonglong>(id));
-    if (id == select) index = requests_->count() - 1;
+  for (int64_t key : keys) {
+    const RequestTimeline* t = model_.request(key);
+    requests_->addItem(tr("%1 · %2").arg(model_.label(key), format_us(t->end_us - t->start_us)),
+                       QVariant::fromValue<qlonglong>(key));
+    if (key == select) index = requests_->count() - 1;
   }
   requests_->setCurrentIndex(index >= 0 ? index : requests_->count() - 1);
   requests_->blockSignals(false);
   show_request(requests_->currentData().toLongLong());
 }
 
-void TimelinePanel::show_request(int64_t id) {
-  if (id < 0 && !model_.empty()) id = model_.requests().back();
-  const RequestTimeline* t = model_.request(id);
+void TimelinePanel::show_request(int64_t key) {
+  if (key == 0 && !model_.empty()) key = model_.requests().back();
+  const RequestTimeline* t = model_.request(key);
+  shown_ = t ? key : 0;
   view_->set_timeline(t);
   show_summary(t);
-  const int index = requests_->findData(QVariant::fromValue<qlonglong>(id));
+  const int index = requests_->findData(QVariant::fromValue<qlonglong>(key));
   if (index >= 0 && index != requests_->currentIndex()) requests_->setCurrentIndex(index);
 }
 
@@ -353,26 +358,37 @@ void TimelinePanel::show_summary(const RequestTimeline* t) {
                              ? QString()
                              : QString::fromStdString(t->intervals.front().device + ", " +
                                                       t->intervals.front().clock + " clock");
-  summary_->setText(tr("Request #%1: %2 intervals over %3 layers, %4 (%5). Compute busy %6, idle "
-                       "%7 in %8 gaps; copy busy %9.")
-                        .arg(t->request)
+  // The CPU path copies no KV: say so rather than "copy busy 0".
+  const QString copy =
+      t->busy_us[1] > 0 ? tr("copy busy %1").arg(format_us(t->busy_us[1])) : tr("no KV copies");
+  summary_->setText(tr("Request %1: %2 intervals over %3 layers, %4 (%5). Compute busy %6, idle "
+                       "%7 in %8 gaps; %9.")
+                        .arg(model_.label(t->key))
                         .arg(t->intervals.size())
                         .arg(t->layers)
                         .arg(format_us(span), device, format_us(t->busy_us[0]), format_us(idle))
                         .arg(compute_gaps)
-                        .arg(format_us(t->busy_us[1])));
+                        .arg(copy));
 }
 
 void TimelinePanel::loadTraceFile() {
   const QString path = QFileDialog::getOpenFileName(
       this, tr("Open trace"), {}, tr("Traces (*.jsonl *.json *.trace);;All files (*)"));
   if (path.isEmpty()) return;
+  QString error;
+  if (!open_trace_file(path, &error)) QMessageBox::warning(this, tr("Open trace"), error);
+}
+
+bool TimelinePanel::open_trace_file(const QString& path, QString* error) {
   try {
-    model_.load_trace_file(path);
-    follow_latest_ = true;
-    refresh_requests(model_.requests().back());
+    const std::vector<int64_t> keys = model_.load_trace_file(path);
+    // Stay on the file until the person picks the engine's latest request again.
+    follow_latest_ = false;
+    refresh_requests(keys.front());
+    return true;
   } catch (const std::exception& e) {
-    QMessageBox::warning(this, tr("Open trace"), QString::fromStdString(e.what()));
+    if (error) *error = QString::fromStdString(e.what());
+    return false;
   }
 }
 

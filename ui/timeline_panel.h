@@ -55,8 +55,12 @@ class TimelinePanel : public QWidget {
   TimelineModel& model() { return model_; }
   TimelineView* view() const { return view_; }
 
-  // Shows request `id` (the latest when -1).
-  void show_request(int64_t id = -1);
+  // Shows request `key` (the engine's latest when 0).
+  void show_request(int64_t key = 0);
+  int64_t shown_request() const { return shown_; }
+  QComboBox* request_list() const { return requests_; }
+  // Adds the requests of a trace file and shows its first; false (and `error`) when unreadable.
+  bool open_trace_file(const QString& path, QString* error = nullptr);
   bool export_png(const QString& path) const;
   bool export_svg(const QString& path) const;
 
@@ -73,6 +77,7 @@ class TimelinePanel : public QWidget {
   TimelineView* view_;
   QLabel* summary_;
   bool follow_latest_ = true;
+  int64_t shown_ = 0;
 };
 
 }  // namespace engram::ui

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <map>
@@ -144,13 +145,24 @@ struct Assistant::State {
 
   // Renders the first k messages for k = 1..n: each message's span of the rendered conversation
   // (its template tokens included). Falls back to the bare text's tokens when the template
-  // refuses a prefix (Llama-2 wants alternating turns).
-  std::vector<int64_t> message_ends(const std::vector<ChatMessage>& history) const {
-    std::vector<int64_t> ends;
-    if (!model || !model->tokenizer || !model->chat_template) return ends;
-    int64_t running = 0;
-    std::vector<ChatMessage> prefix;
-    for (const auto& m : history) {
+  // refuses a prefix (Llama-2 wants alternating turns). The inspector asks ~10 times a second
+  // while a reply streams, so the spans of an unchanged prefix of the history are kept.
+  std::vector<int64_t> message_ends(const std::vector<ChatMessage>& history) {
+    if (!model || !model->tokenizer || !model->chat_template) return {};
+    size_t same = 0;
+    while (same < ends_for.size() && same < history.size() &&
+           ends_for[same].role == history[same].role &&
+           ends_for[same].content == history[same].content) {
+      ++same;
+    }
+    ends_for.resize(same);
+    ends.resize(same);
+    if (same == history.size()) return ends;
+    int64_t running = same > 0 ? ends.back() : 0;
+    std::vector<ChatMessage> prefix(history.begin(),
+                                    history.begin() + static_cast<std::ptrdiff_t>(same));
+    for (size_t i = same; i < history.size(); ++i) {
+      const ChatMessage& m = history[i];
       prefix.push_back(m);
       int64_t end = 0;
       try {
@@ -161,9 +173,12 @@ struct Assistant::State {
       }
       running = std::max(running, end);
       ends.push_back(running);
+      ends_for.push_back(m);
     }
     return ends;
   }
+  std::vector<ChatMessage> ends_for;  // the history message_ends() last measured
+  std::vector<int64_t> ends;
 };
 
 Assistant::Assistant(fs::path profile_dir) : s_(std::make_unique<State>()) {
@@ -232,6 +247,8 @@ ModelInfo Assistant::load(const ModelLoadRequest& request,
   s_->session.reset();
   s_->model = std::move(model);
   s_->info = info;
+  s_->ends_for.clear();  // spans measured with the previous tokenizer
+  s_->ends.clear();
   s_->rebuild_session();
   return info;
 }
@@ -255,9 +272,32 @@ std::vector<ConversationInfo> Assistant::list_conversations() {
 
 std::vector<ConversationInfo> Assistant::search_conversations(const std::string& text) {
   if (text.empty()) return list_conversations();
+  auto repo = s_->repo();
   std::vector<ConversationInfo> out;
-  for (const auto& c : s_->repo().search(text))
-    out.push_back(info_of(c));
+  try {
+    for (const auto& c : repo.search(text))
+      out.push_back(info_of(c));
+    return out;
+  } catch (const storage::DatabaseCorrupt&) {
+    // One damaged conversation must not hide the others: search each one alone.
+    out.clear();
+  }
+  const auto contains = [&text](const std::string& hay) {
+    return std::search(hay.begin(), hay.end(), text.begin(), text.end(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) ==
+                    std::tolower(static_cast<unsigned char>(b));
+           }) != hay.end();
+  };
+  for (const auto& c : repo.list()) {
+    bool found = contains(c.name);
+    try {
+      for (const auto& u : found ? std::vector<storage::Utterance>{} : repo.utterances(c.id))
+        found = found || contains(u.text);
+    } catch (const storage::DatabaseCorrupt&) {
+      // Its name was searched; its text cannot be read.
+    }
+    if (found) out.push_back(info_of(c));
+  }
   return out;
 }
 

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Starts the real Engram app under Xvfb with a fresh profile, drives a chat with the bundled
 # model (tests/ui/demo.txt through --demo-script) and saves screenshots of the window and of each
-# panel, plus the timeline's PNG and SVG export.
+# panel, the timeline's PNG and SVG export, a stopped answer, a trace from `engram-cli --trace`
+# opened in the timeline, the message for a bad model folder, and the window in a dark palette.
 #   tests/ui/screenshots.sh [BUILD_DIR] [OUT_DIR]     (defaults: build-ui, docs/screenshots)
-# Needs xvfb-run (apt-get install xvfb xauth).
+# Needs xvfb-run (apt-get install xvfb xauth) and the 'engram' and 'engram-cli' targets.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-build="${1:-$root/build-ui}"
+build="$(cd "${1:-$root/build-ui}" && pwd)"
 out="$(mkdir -p "${2:-$root/docs/screenshots}" && cd "${2:-$root/docs/screenshots}" && pwd)"
 app="$build/app/gui/engram"
+cli="$build/app/cli/engram-cli"
 [ -x "$app" ] || { echo "no $app: build the 'engram' target first" >&2; exit 1; }
+[ -x "$cli" ] || { echo "no $cli: build the 'engram-cli' target first" >&2; exit 1; }
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-sed "s|@OUT@|$out|g" "$here/demo.txt" > "$work/demo.txt"
+mkdir -p "$work/not-a-model"
+"$cli" generate --model "$root/tests/data/models/llama-gqa" --prompt "The layer timeline" \
+  --max-tokens 16 --trace "$work/engram-cli-trace.jsonl" > /dev/null
+sed -e "s|@OUT@|$out|g" -e "s|@WORK@|$work|g" -e "s|@TRACE@|$work/engram-cli-trace.jsonl|g" \
+  "$here/demo.txt" > "$work/demo.txt"
 # A fixed light palette and font rendering: screenshots should not depend on the desktop.
 export QT_QPA_PLATFORMTHEME="" QT_STYLE_OVERRIDE=Fusion
 timeout 600 xvfb-run -a -s "-screen 0 1440x900x24" \

@@ -1,0 +1,585 @@
+// The window around the chat, with the fixture model on the CPU: the keys (Enter sends,
+// Shift+Enter new line, Esc stops, Ctrl+N new conversation), settings that come back in a new
+// window (model, device, dtype, sampling, geometry, dock layout, a panel added late), the system
+// palette (light and dark), the delete confirmation, Markdown answers, and failures shown as
+// readable messages while the app goes on and keeps every conversation: a damaged conversation
+// in the store, a turn the engine refuses, out of memory.
+#include <sqlite3.h>
+#include <QAction>
+#include <QDockWidget>
+#include <QElapsedTimer>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMenu>
+#include <QMessageBox>
+#include <QPainter>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QStyleFactory>
+#include <QTemporaryDir>
+#include <QTextBlock>
+#include <QTextBrowser>
+#include <QTextList>
+#include <QtTest>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <stdexcept>
+
+#include "storage/conversation_repository.h"
+#include "storage/database.h"
+#include "ui/chat_view.h"
+#include "ui/conversation_list.h"
+#include "ui/engine_worker.h"
+#include "ui/main_window.h"
+#include "ui/memory_inspector.h"
+#include "ui/message_input.h"
+#include "ui/model_bar.h"
+#include "ui/timeline_panel.h"
+
+using engram::ui::MainWindow;
+using engram::ui::MainWindowOptions;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kModelTimeoutMs = 120000;
+constexpr int kReplyTimeoutMs = 120000;
+
+std::vector<int64_t> overflow_pages(const fs::path& file, const char* table) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* statement = nullptr;
+  sqlite3_prepare_v2(db, "SELECT pageno FROM dbstat WHERE name = ?1 AND pagetype = 'overflow'", -1,
+                     &statement, nullptr);
+  sqlite3_bind_text(statement, 1, table, -1, SQLITE_STATIC);
+  std::vector<int64_t> pages;
+  while (sqlite3_step(statement) == SQLITE_ROW)
+    pages.push_back(sqlite3_column_int64(statement, 0));
+  sqlite3_finalize(statement);
+  sqlite3_close(db);
+  return pages;
+}
+
+void overwrite(const fs::path& file, std::uintmax_t offset, const std::string& bytes) {
+  std::fstream out(file, std::ios::binary | std::ios::in | std::ios::out);
+  out.seekp(static_cast<std::streamoff>(offset));
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+bool is_dark(const QColor& c) {
+  return c.lightness() < 128;
+}
+
+}  // namespace
+
+class UiWindowTest : public QObject {
+  Q_OBJECT
+
+ private:
+  QString profile(const QString& name) const { return dir_.filePath(name); }
+
+  std::unique_ptr<MainWindow> open_window(const QString& name, bool greedy = true) {
+    MainWindowOptions o;
+    o.profile_dir = profile(name);
+    o.settings_file = profile(name + QStringLiteral(".ini"));
+    auto w = std::make_unique<MainWindow>(o);
+    QSignalSpy listed(w.get(), &MainWindow::conversationsRefreshed);
+    QSignalSpy shown(w.get(), &MainWindow::conversationShown);
+    w->show();
+    QElapsedTimer clock;
+    clock.start();
+    while (!w->model_loaded() && w->error_text().isEmpty() && clock.elapsed() < kModelTimeoutMs)
+      QTest::qWait(10);
+    // The first listing reopens the last conversation (when there is one): let that land first,
+    // so what a test does next is not overtaken by it.
+    while (listed.isEmpty() && clock.elapsed() < kModelTimeoutMs)
+      QTest::qWait(10);
+    while (w->conversations()->count() > 0 && shown.isEmpty() && w->error_text().isEmpty() &&
+           clock.elapsed() < kModelTimeoutMs)
+      QTest::qWait(10);
+    if (greedy) {
+      engram::AssistantSampling s;
+      s.temperature = 0;
+      s.max_new_tokens = 24;
+      w->set_sampling(s);
+    }
+    return w;
+  }
+
+  static void activate(MainWindow& w) {
+    w.activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(&w));
+  }
+
+  QTemporaryDir dir_;
+
+ private Q_SLOTS:
+  void initTestCase() {
+    QVERIFY(dir_.isValid());
+    qputenv("ENGRAM_MODEL_DIR", ENGRAM_TEST_DATA "/models/llama-gqa");
+  }
+
+  void enterSendsShiftEnterBreaksEscStopsCtrlNStartsAnew() {
+    auto w = open_window(QStringLiteral("keys"), false);
+    QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
+    engram::AssistantSampling s;
+    s.temperature = 0.8;
+    s.seed = 3;
+    s.max_new_tokens = 2000;  // long enough that only Esc ends it
+    w->set_sampling(s);
+    activate(*w);
+    engram::ui::MessageInput* input = w->input();
+    input->setFocus();
+    QTest::keyClicks(input, QStringLiteral("first line"));
+    QTest::keyClick(input, Qt::Key_Return, Qt::ShiftModifier);
+    QTest::keyClicks(input, QStringLiteral("second line"));
+    QCOMPARE(input->toPlainText(), QStringLiteral("first line\nsecond line"));
+    QVERIFY(!w->busy());
+    QCOMPARE(w->chat()->count(), 0);
+
+    QSignalSpy done(w.get(), &MainWindow::replyDone);
+    QTest::keyClick(input, Qt::Key_Return);
+    QVERIFY(w->busy());
+    QVERIFY(input->toPlainText().isEmpty());
+    QCOMPARE(w->chat()->count(), 2);
+    QCOMPARE(w->chat()->at(0)->text(), QStringLiteral("first line\nsecond line"));
+    // Esc while the answer streams: it stops after a few tokens, and what came is kept.
+    QTRY_VERIFY_WITH_TIMEOUT(!w->chat()->at(1)->text().isEmpty(), kReplyTimeoutMs);
+    QTest::keyClick(input, Qt::Key_Escape);
+    QVERIFY(done.wait(kReplyTimeoutMs));
+    QVERIFY(!w->busy());
+    QVERIFY2(w->chat()->at(1)->stats_text().contains(QStringLiteral("stopped")),
+             qPrintable(w->chat()->at(1)->stats_text()));
+    const QString partial = w->chat()->at(1)->text();
+    QVERIFY(!partial.isEmpty());
+    QTRY_VERIFY(w->current_conversation() != 0);  // the send created it
+    const qint64 first = w->current_conversation();
+
+    // Ctrl+N: a new, empty conversation; the stopped one is in the list and in the store.
+    QTest::keyClick(input, Qt::Key_N, Qt::ControlModifier);
+    QTRY_VERIFY(w->current_conversation() != 0 && w->current_conversation() != first);
+    QCOMPARE(w->chat()->count(), 0);
+    QTRY_COMPARE(w->conversations()->count(), 2);
+    w.reset();
+    engram::storage::Database db(profile(QStringLiteral("keys")).toStdString(),
+                                 engram::storage::Access::kReadOnly);
+    const auto stored = engram::storage::ConversationRepository(db).utterances(first);
+    QCOMPARE(stored.size(), size_t(2));
+    QCOMPARE(QString::fromStdString(stored[1].text), partial);
+  }
+
+  void stopButtonStopsGeneration() {
+    auto w = open_window(QStringLiteral("keys"), false);
+    engram::AssistantSampling s;
+    s.temperature = 0.8;
+    s.seed = 4;
+    s.max_new_tokens = 2000;
+    w->set_sampling(s);
+    w->newConversation();
+    QTRY_VERIFY(w->current_conversation() != 0);
+    QSignalSpy done(w.get(), &MainWindow::replyDone);
+    w->sendText(QStringLiteral("A long answer, please."));
+    QCOMPARE(w->send_button()->text(), QStringLiteral("Stop"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->chat()->at(1)->text().isEmpty(), kReplyTimeoutMs);
+    QTest::mouseClick(w->send_button(), Qt::LeftButton);
+    QVERIFY(done.wait(kReplyTimeoutMs));
+    QVERIFY(w->chat()->at(1)->stats_text().contains(QStringLiteral("stopped")));
+    QCOMPARE(w->send_button()->text(), QStringLiteral("Send"));
+  }
+
+  void newConversationAtStartIsNotOvertakenByTheReopen() {
+    const QString name = QStringLiteral("race");
+    qint64 old = 0;
+    {
+      auto w = open_window(name);
+      w->sendText(QStringLiteral("An old conversation"));
+      QTRY_VERIFY_WITH_TIMEOUT(!w->busy() && w->current_conversation() != 0, kReplyTimeoutMs);
+      old = w->current_conversation();
+    }
+    // Ctrl+N before the list has come: the last conversation is not reopened over the new one.
+    MainWindowOptions o;
+    o.profile_dir = profile(name);
+    o.settings_file = profile(name + QStringLiteral(".ini"));
+    auto w = std::make_unique<MainWindow>(o);
+    QSignalSpy listed(w.get(), &MainWindow::conversationsRefreshed);
+    w->show();
+    w->newConversation();
+    QTRY_VERIFY_WITH_TIMEOUT(w->model_loaded() && listed.size() >= 2, kModelTimeoutMs);
+    QTest::qWait(200);
+    QVERIFY(w->current_conversation() != 0);
+    QVERIFY(w->current_conversation() != old);
+    QCOMPARE(w->chat()->count(), 0);
+
+    // A message sent in the same moment as New goes to the new conversation and stays on screen.
+    Q_EMIT w->conversations()->openRequested(old);
+    QTRY_COMPARE(w->current_conversation(), old);
+    QTRY_COMPARE(w->chat()->count(), 2);
+    w->newConversation();
+    w->sendText(QStringLiteral("Right after New"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QCOMPARE(w->chat()->count(), 2);
+    QCOMPARE(w->chat()->at(0)->text(), QStringLiteral("Right after New"));
+    QVERIFY(!w->chat()->at(1)->text().isEmpty());
+    QVERIFY(w->current_conversation() != old);
+  }
+
+  void aChosenHuggingFaceFolderLoadsInTheBackgroundWithProgress() {
+    // The person's own folder (a copy of the fixture under another name).
+    const QString folder = profile(QStringLiteral("picked-model"));
+    QVERIFY(QDir().mkpath(folder));
+    for (const char* f :
+         {"config.json", "generation_config.json", "model.safetensors", "tokenizer.model"}) {
+      QVERIFY(QFile::copy(QStringLiteral(ENGRAM_TEST_DATA "/models/llama-gqa/") + f,
+                          folder + QLatin1Char('/') + f));
+    }
+    auto w = open_window(QStringLiteral("picker"));
+    QVERIFY(w->model_loaded());
+    QProgressBar* bar = w->model_bar()->progress_bar();
+    QVERIFY(!bar->isVisible());
+    w->model_bar()->set_choice(folder, QStringLiteral("cpu"), QStringLiteral("auto"));
+    QSignalSpy ready(w.get(), &MainWindow::modelReady);
+    QElapsedTimer stall;
+    qint64 longest = 0;
+    QTimer probe;
+    stall.start();
+    connect(&probe, &QTimer::timeout, [&] { longest = std::max(longest, stall.restart()); });
+    probe.start(2);
+    QTest::mouseClick(w->findChild<QPushButton*>(QStringLiteral("loadModelButton")),
+                      Qt::LeftButton);
+    // In the background: the window is still answering, with a busy bar.
+    QVERIFY(!w->model_loaded());
+    QVERIFY(bar->isVisible());
+    QVERIFY(ready.wait(kModelTimeoutMs));
+    probe.stop();
+    QVERIFY2(longest < 100,
+             qPrintable(QStringLiteral("stall of %1 ms while loading").arg(longest)));
+    QVERIFY(!bar->isVisible());
+    // The worker reported the bytes it read: the bar switched from busy to a 0..1000 scale.
+    QCOMPARE(bar->maximum(), 1000);
+    QCOMPARE(bar->value(), 1000);
+    QVERIFY2(w->model_bar()->status_text().startsWith(QStringLiteral("picked-model")),
+             qPrintable(w->model_bar()->status_text()));
+    QVERIFY(w->model_bar()->recent_dirs().contains(folder));
+    w->sendText(QStringLiteral("Hello from my own model"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    QCOMPARE(w->chat()->count(), 2);
+  }
+
+  void settingsComeBackInANewWindow() {
+    const QString name = QStringLiteral("settings");
+    {
+      auto w = open_window(name);
+      QVERIFY(w->model_loaded());
+      engram::AssistantSampling s;
+      s.temperature = 0.35;
+      s.top_k = 7;
+      s.top_p = 0.8;
+      s.repetition_penalty = 1.3;
+      s.max_new_tokens = 99;
+      s.seed = 42;
+      w->set_sampling(s);
+      // Load explicitly on the CPU in f32: that choice is remembered once it loaded.
+      w->model_bar()->set_choice(QString(), QStringLiteral("cpu"), QStringLiteral("f32"));
+      QSignalSpy ready(w.get(), &MainWindow::modelReady);
+      w->loadModel(w->model_bar()->request());
+      QVERIFY(ready.wait(kModelTimeoutMs));
+      // A folder that fails to load is not remembered.
+      QSignalSpy failed(w.get(), &MainWindow::modelFailed);
+      engram::ModelLoadRequest bad;
+      bad.dir = profile(QStringLiteral("no-model-here")).toStdString();
+      bad.device = "cpu";
+      bad.dtype = "bf16";
+      w->loadModel(bad);
+      QVERIFY(failed.wait(20000));
+      w->resize(1111, 777);
+      w->panel(QStringLiteral("timeline"))->hide();
+      w->close();
+    }
+    auto w = open_window(name, false);
+    QVERIFY(w->model_loaded());
+    const engram::AssistantSampling s = w->sampling();
+    QCOMPARE(s.temperature, 0.35);
+    QCOMPARE(s.top_k, int64_t(7));
+    QCOMPARE(s.top_p, 0.8);
+    QCOMPARE(s.repetition_penalty, 1.3);
+    QCOMPARE(s.max_new_tokens, int64_t(99));
+    QCOMPARE(s.seed, uint64_t(42));
+    QCOMPARE(w->model_bar()->device(), QStringLiteral("cpu"));
+    QCOMPARE(w->model_bar()->dtype(), QStringLiteral("f32"));
+    QVERIFY(w->model_bar()->dir().isEmpty());  // the bundled model, not the failed folder
+    QVERIFY(w->model_bar()->status_text().contains(QStringLiteral("f32")));
+    QCOMPARE(w->size(), QSize(1111, 777));
+    QVERIFY(!w->panel(QStringLiteral("timeline"))->isVisible());
+    QVERIFY(w->panel(QStringLiteral("memory"))->isVisible());
+  }
+
+  void aPanelAddedLaterJoinsViewMenuAndSavedLayout() {
+    const QString name = QStringLiteral("panels");
+    {
+      auto w = open_window(name);
+      auto* episodes = new QLabel(QStringLiteral("episodes"));
+      QDockWidget* dock = w->add_panel(QStringLiteral("episodes"), QStringLiteral("Episodes"),
+                                       episodes, Qt::LeftDockWidgetArea);
+      QVERIFY(dock->isVisible());
+      QAction* toggle = nullptr;
+      for (QAction* a : w->panels_menu()->actions())
+        toggle = a->text() == QStringLiteral("Episodes") ? a : toggle;
+      QVERIFY(toggle);
+      QCOMPARE(w->panels_menu()->actions().size(), 3);
+      toggle->trigger();
+      QVERIFY(!dock->isVisible());
+      toggle->trigger();
+      QVERIFY(dock->isVisible());
+      w->addDockWidget(Qt::RightDockWidgetArea, dock);
+      QCOMPARE(w->dockWidgetArea(dock), Qt::RightDockWidgetArea);
+      w->close();
+    }
+    auto w = open_window(name);
+    QDockWidget* dock =
+        w->add_panel(QStringLiteral("episodes"), QStringLiteral("Episodes"),
+                     new QLabel(QStringLiteral("episodes")), Qt::LeftDockWidgetArea);
+    QCOMPARE(w->dockWidgetArea(dock), Qt::RightDockWidgetArea);
+    QVERIFY(dock->isVisible());
+  }
+
+  void followsLightAndDarkPalettes() {
+    auto w = open_window(QStringLiteral("palette"));
+    w->sendText(QStringLiteral("Hi"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    w->showError(QStringLiteral("A message to read"));
+    const QPalette light = QApplication::palette();
+    QPalette dark = QStyleFactory::create(QStringLiteral("Fusion"))->standardPalette();
+    dark.setColor(QPalette::Window, QColor(0x2b, 0x2b, 0x2b));
+    dark.setColor(QPalette::WindowText, QColor(0xee, 0xee, 0xee));
+    dark.setColor(QPalette::Base, QColor(0x1e, 0x1e, 0x1e));
+    dark.setColor(QPalette::AlternateBase, QColor(0x33, 0x33, 0x33));
+    dark.setColor(QPalette::Text, QColor(0xee, 0xee, 0xee));
+    dark.setColor(QPalette::PlaceholderText, QColor(0x99, 0x99, 0x99));
+    auto check = [&](bool want_dark) {
+      engram::ui::MessageBubble* answer = w->chat()->at(1);
+      QCOMPARE(is_dark(answer->palette().color(answer->backgroundRole())), want_dark);
+      const QImage bubble = answer->grab().toImage();
+      QCOMPARE(is_dark(bubble.pixelColor(bubble.width() / 2, 3)), want_dark);
+      // The text contrasts with the bubble: in a dark palette its brightest pixels are light, in
+      // a light one its darkest are dark, for answers (Markdown) and the person's own words.
+      for (engram::ui::MessageBubble* b : {answer, w->chat()->at(0)}) {
+        auto* body = b->findChild<QTextBrowser*>(QStringLiteral("messageBody"));
+        const QImage text = b->grab(body->geometry()).toImage();
+        int lightest = 0, darkest = 255;
+        for (int y = 0; y < text.height(); ++y) {
+          for (int x = 0; x < text.width(); ++x) {
+            const int l = text.pixelColor(x, y).lightness();
+            lightest = std::max(lightest, l);
+            darkest = std::min(darkest, l);
+          }
+        }
+        if (want_dark) {
+          QVERIFY2(lightest > 170,
+                   qPrintable(QStringLiteral("lightest text pixel %1").arg(lightest)));
+        } else {
+          QVERIFY2(darkest < 90, qPrintable(QStringLiteral("darkest text pixel %1").arg(darkest)));
+        }
+      }
+      QImage timeline(400, 120, QImage::Format_ARGB32);
+      QPainter p(&timeline);
+      w->timeline()->view()->render_to(p, timeline.size());
+      p.end();
+      QCOMPARE(is_dark(timeline.pixelColor(2, 60)), want_dark);
+      // The error banner stays readable: its background follows, its text contrasts.
+      const QImage banner = w->error_banner()->grab().toImage();
+      QCOMPARE(is_dark(banner.pixelColor(banner.width() - 4, banner.height() / 2)), want_dark);
+    };
+    check(false);
+    QApplication::setPalette(dark);
+    QTRY_VERIFY(is_dark(w->palette().color(QPalette::Window)));
+    check(true);
+    QApplication::setPalette(light);
+    QTRY_VERIFY(!is_dark(w->palette().color(QPalette::Window)));
+    check(false);
+  }
+
+  void deleteAsksFirstAndCancelKeepsTheConversation() {
+    auto w = open_window(QStringLiteral("delete"));
+    w->sendText(QStringLiteral("Keep me"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QTRY_COMPARE(w->conversations()->count(), 1);
+    auto answer = [](QMessageBox::StandardButton button, QString* asked) {
+      QTimer::singleShot(0, [button, asked] {
+        auto* box = qobject_cast<QMessageBox*>(QApplication::activeModalWidget());
+        if (!box) return;
+        *asked = box->text();
+        box->button(button)->click();
+      });
+    };
+    QString asked;
+    answer(QMessageBox::Cancel, &asked);
+    w->conversations()->delete_current();
+    QVERIFY2(asked.contains(QStringLiteral("Keep me")), qPrintable(asked));
+    QTest::qWait(300);
+    QCOMPARE(w->conversations()->count(), 1);
+    QCOMPARE(w->chat()->count(), 2);
+    asked.clear();
+    answer(QMessageBox::Yes, &asked);
+    w->conversations()->delete_current();
+    QVERIFY(!asked.isEmpty());
+    QTRY_COMPARE(w->conversations()->count(), 0);
+    QTRY_COMPARE(w->chat()->count(), 0);
+  }
+
+  void answersAreMarkdownUserTextIsNot() {
+    engram::ui::ChatView view;
+    view.resize(600, 400);
+    const QString md = QStringLiteral("**bold** and `code`\n\n- item one\n- item two\n");
+    auto* answer = view.add_message(QStringLiteral("assistant"), md);
+    auto* mine = view.add_message(QStringLiteral("user"), md);
+    view.show();
+    QTextDocument* doc =
+        answer->findChild<QTextBrowser*>(QStringLiteral("messageBody"))->document();
+    QVERIFY(!doc->toPlainText().contains(QStringLiteral("**")));
+    bool bold = false, list = false, mono = false;
+    for (QTextBlock b = doc->begin(); b.isValid(); b = b.next()) {
+      list = list || b.textList() != nullptr;
+      for (auto it = b.begin(); !it.atEnd(); ++it) {
+        const QTextCharFormat f = it.fragment().charFormat();
+        bold = bold ||
+               (it.fragment().text() == QStringLiteral("bold") && f.fontWeight() >= QFont::Bold);
+        mono = mono || (it.fragment().text() == QStringLiteral("code") && f.fontFixedPitch());
+      }
+    }
+    QVERIFY(bold);
+    QVERIFY(list);
+    QVERIFY(mono);
+    QTextDocument* plain =
+        mine->findChild<QTextBrowser*>(QStringLiteral("messageBody"))->document();
+    QCOMPARE(plain->toPlainText(), md);
+    // Streaming appends re-render the Markdown (at most every 50 ms).
+    auto* streaming = view.add_message(QStringLiteral("assistant"), QString());
+    streaming->append(QStringLiteral("**gro"));
+    streaming->append(QStringLiteral("wing**"));
+    QTRY_VERIFY(streaming->findChild<QTextBrowser*>()->document()->toPlainText() ==
+                QStringLiteral("growing"));
+  }
+
+  void bubblesFitTheirTextAtEveryWidth() {
+    engram::ui::ChatView view;
+    view.resize(700, 500);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    auto* mine = view.add_message(QStringLiteral("user"),
+                                  QStringLiteral("Write a very long answer about memory."));
+    auto* body = mine->findChild<QTextBrowser*>(QStringLiteral("messageBody"));
+    const int line = body->fontMetrics().lineSpacing();
+    // One line of text at this width: no empty lines under it.
+    QTRY_VERIFY2(
+        body->height() < 2 * line + 12,
+        qPrintable(QStringLiteral("%1 px for one line of %2").arg(body->height()).arg(line)));
+    // Narrow: it wraps and grows; wide again: it shrinks back.
+    view.resize(200, 500);
+    QTRY_VERIFY(body->height() >= 2 * line);
+    view.resize(700, 500);
+    QTRY_VERIFY(body->height() < 2 * line + 12);
+  }
+
+  void damagedConversationIsReportedAndTheOthersWork() {
+    const QString name = QStringLiteral("damaged");
+    const fs::path dir = profile(name).toStdString();
+    int64_t healthy = 0, damaged = 0;
+    {
+      engram::storage::Database db(dir);
+      engram::storage::ConversationRepository repo(db);
+      healthy = repo.create("healthy").id;
+      repo.append(healthy, {0, 0, "user", "still fine", 0, 0, 0});
+      repo.append(healthy, {0, 0, "assistant", "yes", 0, 0, 0});
+      damaged = repo.create("damaged").id;
+      repo.append(damaged, {0, 0, "user", std::string(20000, 'z'), 0, 0, 0});
+    }
+    const fs::path file = dir / "engram.db";
+    const std::vector<int64_t> pages = overflow_pages(file, "utterances");
+    QVERIFY2(pages.size() >= 3, "the long utterance should span overflow pages");
+    for (int64_t page : pages)
+      overwrite(file, (page - 1) * 4096, "\x7f\xff\xff\xf0");
+
+    // At start the window opens the latest conversation: the damaged one.
+    auto w = open_window(name);
+    QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
+    QTRY_VERIFY(!w->error_text().isEmpty());
+    QVERIFY2(w->error_text().contains(QStringLiteral("damaged")), qPrintable(w->error_text()));
+    QTRY_COMPARE(w->conversations()->count(), 2);
+    QCOMPARE(w->current_conversation(), qint64(0));
+    // The healthy one opens, answers and is stored.
+    Q_EMIT w->conversations()->openRequested(healthy);
+    QTRY_COMPARE(w->current_conversation(), qint64(healthy));
+    QCOMPARE(w->chat()->count(), 2);
+    w->sendText(QStringLiteral("and now?"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    QCOMPARE(w->chat()->count(), 4);
+    // Opening the damaged one again: a message, and the healthy one stays on screen.
+    Q_EMIT w->conversations()->openRequested(damaged);
+    QTRY_VERIFY(!w->error_text().isEmpty());
+    QCOMPARE(w->current_conversation(), qint64(healthy));
+    QCOMPARE(w->chat()->count(), 4);
+    // Searching by text still finds what is readable.
+    w->conversations()->findChild<QLineEdit*>()->setText(QStringLiteral("still fine"));
+    QTRY_COMPARE(w->conversations()->count(), 1);
+    QCOMPARE(w->conversations()->name_at(0), QStringLiteral("healthy"));
+  }
+
+  void refusedTurnGivesTheTextBackAndKeepsTheConversation() {
+    auto w = open_window(QStringLiteral("refused"));
+    w->sendText(QStringLiteral("A first question"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    const qint64 id = w->current_conversation();
+    const QString first_answer = w->chat()->at(1)->text();
+    // Past the fixture's 2048 positions: the engine refuses the turn.
+    QString too_long;
+    for (int i = 0; i < 1200; ++i)
+      too_long += QStringLiteral("memory cache ");
+    too_long = too_long.trimmed();
+    w->sendText(too_long);
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QVERIFY2(w->error_text().contains(QStringLiteral("positions")), qPrintable(w->error_text()));
+    QCOMPARE(w->chat()->count(), 2);
+    QCOMPARE(w->input()->toPlainText(), too_long);
+    // The app goes on in the same conversation, and the store holds no half turn.
+    w->input()->clear();
+    w->sendText(QStringLiteral("A shorter one"));
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    QCOMPARE(w->current_conversation(), id);
+    QCOMPARE(w->chat()->count(), 4);
+    w.reset();
+    engram::storage::Database db(profile(QStringLiteral("refused")).toStdString(),
+                                 engram::storage::Access::kReadOnly);
+    const auto stored = engram::storage::ConversationRepository(db).utterances(id);
+    QCOMPARE(stored.size(), size_t(4));
+    QCOMPARE(QString::fromStdString(stored[1].text), first_answer);
+    QCOMPARE(QString::fromStdString(stored[2].text), QStringLiteral("A shorter one"));
+  }
+
+  void outOfMemoryReadsAsOutOfMemory() {
+    using engram::ui::readable_error;
+    const QString from_alloc = readable_error(std::bad_alloc());
+    QVERIFY2(from_alloc.startsWith(QStringLiteral("Out of memory.")), qPrintable(from_alloc));
+    const QString cuda = readable_error(std::runtime_error(
+        "CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.15 GiB total capacity)\n"
+        "Exception raised from malloc at c10/cuda/CUDACachingAllocator.cpp:1234\nframe #0 ..."));
+    QVERIFY2(cuda.startsWith(QStringLiteral("Out of memory (CUDA out of memory. Tried")),
+             qPrintable(cuda));
+    QVERIFY(!cuda.contains(QStringLiteral("frame #0")));
+    QVERIFY(cuda.contains(QStringLiteral("CPU")));
+    const QString cpu = readable_error(std::runtime_error(
+        "[enforce fail at alloc_cpu.cpp:83] err == 0. DefaultCPUAllocator: not enough memory: "
+        "you tried to allocate 1099511627776 bytes."));
+    QVERIFY2(cpu.startsWith(QStringLiteral("Out of memory")), qPrintable(cpu));
+    const QString other = readable_error(std::runtime_error("line one\nline two\nline three\nx"));
+    QCOMPARE(other, QStringLiteral("line one\nline two\nline three"));
+  }
+};
+
+QTEST_MAIN(UiWindowTest)
+#include "test_ui_window.moc"
