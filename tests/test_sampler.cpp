@@ -18,6 +18,21 @@ class SamplerTest : public QObject {
     QCOMPARE(s.next(logits, {}), int64_t{1});
   }
 
+  // Ids past the tokenizer (a padded embedding) are never chosen, greedy or sampled.
+  void vocabLimitExcludesRowsPastTheTokenizer() {
+    const at::Tensor logits = at::tensor(std::vector<float>{0.1f, 2.0f, -1.0f, 9.0f, 8.0f});
+    SamplingOptions greedy;
+    greedy.vocab_limit = 3;
+    QCOMPARE(Sampler(greedy).next(logits, {}), int64_t{1});
+    SamplingOptions hot = greedy;
+    hot.temperature = 5.0;
+    hot.seed = 7;
+    Sampler s(hot);
+    for (int i = 0; i < 200; ++i)
+      QVERIFY(s.next(logits, {}) < 3);
+    QCOMPARE(Sampler({}).next(logits, {}), int64_t{3});  // no limit: every row
+  }
+
   void sameSeedSameTokens() {
     at::manual_seed(0);
     const at::Tensor logits = at::randn({64});

@@ -18,6 +18,7 @@
 // cost of a prefill or a restore depends on the number of tokens, not on which ids they are.
 // A shape's positions are its family's limit (32768 for Qwen2.5); a longer history is refused
 // before the weights are made.
+#include <ftw.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -151,11 +152,15 @@ int run_bench_restore(int argc, char** argv) {
   if (!mkdtemp(scratch_template)) throw std::runtime_error("cannot create a temporary folder");
   const fs::path scratch = scratch_template;
   // The scratch folder (with the default profile: a KV blob of up to a gigabyte) goes on any exit.
+  // nftw, not std::filesystem::remove_all: PyTorch 2.x's libtorch.so exports its own copy of
+  // remove_all, which interposes ours and jumps through a null pointer (crash seen on the H100).
   struct RemoveOnExit {
     fs::path dir;
     ~RemoveOnExit() {
-      std::error_code ignored;
-      fs::remove_all(dir, ignored);
+      nftw(
+          dir.c_str(),
+          [](const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }, 16,
+          FTW_DEPTH | FTW_PHYS);
     }
   } remove_scratch{scratch};
   const fs::path profile =

@@ -1,4 +1,12 @@
 // engram-cli: chat, generate, bench and verification commands over the engine.
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -8,6 +16,68 @@
 #include "app/cli/commands.h"
 
 namespace {
+
+// A crash should leave a report a person can send: the signal and the call stack (frames as
+// "binary(+offset)"; `addr2line -f -C -e engram-cli OFFSET` names them). Only async-signal-safe
+// calls here.
+void write_text(const char* text) {
+  (void)!write(STDERR_FILENO, text, std::strlen(text));
+}
+
+void write_hex(const char* label, uintptr_t value) {
+  char buf[2 + 16 + 1];
+  buf[0] = '0';
+  buf[1] = 'x';
+  for (int i = 0; i < 16; ++i)
+    buf[2 + i] = "0123456789abcdef"[(value >> (60 - 4 * i)) & 0xf];
+  buf[18] = '\0';
+  write_text(label);
+  write_text(buf);
+}
+
+void report_crash(int signal, siginfo_t* info, void* context) {
+  write_text("engram-cli: crashed (");
+  write_text(signal == SIGSEGV ? "SIGSEGV" : signal == SIGBUS ? "SIGBUS" : "SIGABRT");
+  write_text(")");
+  if (info) write_hex(" at address ", reinterpret_cast<uintptr_t>(info->si_addr));
+#if defined(__x86_64__)
+  // A jump through a bad pointer leaves no unwindable frame: the instruction pointer and the
+  // return address on top of the stack say where it came from.
+  if (context) {
+    const auto* uc = static_cast<const ucontext_t*>(context);
+    write_hex(", pc ", static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RIP]));
+    const auto sp = static_cast<uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
+    if (sp) write_hex(", [sp] ", *reinterpret_cast<const uintptr_t*>(sp));
+  }
+#endif
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&report_crash), &self))
+    write_hex(", engram-cli loaded at ", reinterpret_cast<uintptr_t>(self.dli_fbase));
+  write_text("; call stack:\n");
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
+  // The memory map turns the addresses above into library + offset.
+  if (const int maps = open("/proc/self/maps", O_RDONLY); maps >= 0) {
+    write_text("memory map:\n");
+    char buf[4096];
+    for (ssize_t n; (n = read(maps, buf, sizeof buf)) > 0;)
+      (void)!write(STDERR_FILENO, buf, static_cast<size_t>(n));
+    close(maps);
+  }
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
+void install_crash_report() {
+  void* warm[1];
+  backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
+  struct sigaction action {};
+  action.sa_sigaction = report_crash;
+  action.sa_flags = SA_SIGINFO;
+  sigemptyset(&action.sa_mask);
+  for (int s : {SIGSEGV, SIGBUS, SIGABRT})
+    sigaction(s, &action, nullptr);
+}
 
 void usage() {
   std::fputs(
@@ -36,6 +106,7 @@ void usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_crash_report();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;

@@ -122,6 +122,11 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   cache_->truncate(0, static_cast<int64_t>(common));
   cached_ids_.resize(common);
 
+  // Never sample an id the tokenizer cannot turn into text (a padded embedding, or a shape
+  // benchmarked with a smaller tokenizer).
+  GenerationOptions limited = options;
+  if (tok.vocab_size() < model_.config.vocab_size) limited.sampling.vocab_limit = tok.vocab_size();
+
   ChatReply reply;
   reply.reused_tokens = static_cast<int64_t>(common);
   TokenStream stream(tok);
@@ -137,7 +142,7 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   const std::vector<int64_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(common),
                                    prompt.end());
   reply.generation =
-      generate(*model_.decoder, *cache_, cached_ids_, fresh, options, [&](int64_t token) {
+      generate(*model_.decoder, *cache_, cached_ids_, fresh, limited, [&](int64_t token) {
         emit(stream.push(static_cast<int32_t>(token)));
         return !stopped;
       });

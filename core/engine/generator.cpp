@@ -84,7 +84,9 @@ GenerationResult generate(const Decoder& decoder, KvCache& cache,
     static_step = std::make_unique<StaticDecodeStep>(decoder, cache);
   }
   const SamplingOptions& sampling = sampler.options();
-  const bool greedy = sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0;
+  // The recorded step's argmax spans every row of the logits; a vocab limit needs the sampler.
+  const bool greedy = sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0 &&
+                      (sampling.vocab_limit <= 0 || sampling.vocab_limit >= config.vocab_size);
   bool next_is_argmax = false;  // the static step already holds the greedy choice
   Clock::time_point decode_start;
   result.stop_reason = "length";

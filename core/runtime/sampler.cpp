@@ -17,12 +17,15 @@ Sampler::Sampler(SamplingOptions options)
     throw std::invalid_argument("repetition penalty must be > 0");
 }
 
-int64_t Sampler::next(const at::Tensor& logits_in, const std::vector<int64_t>& history) {
+int64_t Sampler::next(const at::Tensor& logits_all, const std::vector<int64_t>& history) {
+  at::Tensor logits_in = logits_all.reshape({-1});
+  if (options_.vocab_limit > 0 && options_.vocab_limit < logits_in.size(0))
+    logits_in = logits_in.narrow(0, 0, options_.vocab_limit);
   if (options_.temperature == 0.0 && options_.repetition_penalty == 1.0) {
     // Greedy: argmax where the logits are, so only one id crosses to the host.
-    return logits_in.reshape({-1}).argmax().item<int64_t>();
+    return logits_in.argmax().item<int64_t>();
   }
-  at::Tensor logits = logits_in.reshape({-1}).to(at::kCPU, at::kFloat, false, /*copy=*/true);
+  at::Tensor logits = logits_in.to(at::kCPU, at::kFloat, false, /*copy=*/true);
   if (options_.repetition_penalty != 1.0 && !history.empty()) {
     const at::Tensor seen = std::get<0>(at::_unique(at::tensor(history, at::kLong)));
     at::Tensor vals = logits.index_select(0, seen);

@@ -16,6 +16,9 @@ struct SamplingOptions {
   double top_p = 1.0;               // 1 = off
   double repetition_penalty = 1.0;  // 1 = off (CTRL-style, as transformers)
   uint64_t seed = 0;
+  // Sample only ids below this (0 = every row of the logits): a model's embedding often has
+  // more rows than its tokenizer has pieces (padding), and an id past the tokenizer has no text.
+  int64_t vocab_limit = 0;
 };
 
 class Sampler {
