@@ -24,9 +24,11 @@ import argparse
 import glob
 import gzip
 import json
+import lzma
 import math
 import os
 import random
+import shutil
 import time
 
 import torch
@@ -38,29 +40,37 @@ TEMPLATE_TEXT = ["### System:\n", "### User:\n", "### Assistant:\n", "\n\n"]
 
 
 def read_examples(data_dir):
-    examples = []
-    paths = glob.glob(os.path.join(data_dir, "*.jsonl")) + glob.glob(os.path.join(data_dir, "*.jsonl.gz"))
+    """Returns (examples, groups): examples are (prompt, target, kind); groups map a QA history
+    to its [(suffix, answer)], from plain QA records (split at the question) or from records
+    grouped by tools/pack_qa_records.py."""
+    examples, groups = [], {}
+    paths = []
+    for pattern in ("*.jsonl", "*.jsonl.gz", "*.jsonl.xz"):
+        paths += glob.glob(os.path.join(data_dir, pattern))
     for path in sorted(paths):
-        opener = gzip.open if path.endswith(".gz") else open
+        opener = gzip.open if path.endswith(".gz") else lzma.open if path.endswith(".xz") else open
         with opener(path, "rt") as f:
             for line in f:
-                if line.strip():
-                    ex = json.loads(line)
-                    kind = ex.get("kind") or os.path.basename(path).split(".")[0]
+                if not line.strip():
+                    continue
+                ex = json.loads(line)
+                kind = ex.get("kind") or os.path.basename(path).split(".")[0]
+                if kind == "qa" and "history" in ex:
+                    groups.setdefault(ex["history"], []).extend(tuple(q) for q in ex["qa"])
+                elif kind == "qa":
+                    cut = ex["prompt"].rfind(QUESTION_MARK)
+                    groups.setdefault(ex["prompt"][:cut], []).append(
+                        (ex["prompt"][cut:], ex["target"]))
+                else:
                     examples.append((ex["prompt"], ex["target"], kind))
-    return examples
+    return examples, groups
 
 
-def train_tokenizer(examples, out_dir, vocab, seed):
+def train_tokenizer(examples, groups, out_dir, vocab, seed):
     corpus = os.path.join(out_dir, "tokenizer_corpus.txt")
     rng = random.Random(seed)
-    # One record per QA history: the ~15 questions of a conversation repeat its history.
-    seen, distinct = set(), []
-    for p, t, kind in examples:
-        key = p[:p.rfind(QUESTION_MARK)] if kind == "qa" else None
-        if key is None or key not in seen:
-            seen.add(key)
-            distinct.append((p, t, kind))
+    # One record per QA history: the questions of a conversation share it.
+    distinct = list(examples) + [(h + qa[0][0], qa[0][1], "qa") for h, qa in groups.items() if qa]
     sample = distinct if len(distinct) < 20000 else rng.sample(distinct, 20000)
     with open(corpus, "w") as f:
         # Natural lines: SentencePiece skips lines past max_sentence_length (4,192 bytes).
@@ -82,45 +92,48 @@ def train_tokenizer(examples, out_dir, vocab, seed):
     return spm.SentencePieceProcessor(model_file=os.path.join(out_dir, "tokenizer.model"))
 
 
-def encode_examples(sp, examples, max_len):
-    """Returns [(ids, loss_mask, kind)]; QA records sharing a history are packed (see above)."""
+def encode_examples(sp, examples, groups, max_len, seed):
+    """Returns [(ids, loss_mask, kind)] and the count dropped for length. QA groups are packed
+    (module docstring): the history is encoded with the first question of each sequence."""
     prompts = sp.encode([p for p, _, _ in examples], num_threads=16)
     targets = sp.encode([t for _, t, _ in examples], num_threads=16)
     out = []
     dropped = 0
-    groups = {}
     for (p, t, kind), pi, ti in zip(examples, prompts, targets):
-        cut = p.rfind(QUESTION_MARK) if kind == "qa" else -1
-        if cut < 0:
-            ids = [sp.bos_id()] + pi + ti + [sp.eos_id()]
-            if len(ids) > max_len:
-                dropped += 1
-                continue
-            out.append((ids, [0] * (1 + len(pi)) + [1] * (len(ti) + 1), kind))
+        ids = [sp.bos_id()] + pi + ti + [sp.eos_id()]
+        if len(ids) > max_len:
+            dropped += 1
             continue
-        groups.setdefault(p[:cut], []).append((pi, ti, p[cut:]))
-    # Later questions of a group: the suffix alone, without SentencePiece's dummy-prefix piece
-    # (in the inference prompt the suffix continues the history's text).
-    suffixes = sorted({suffix for g in groups.values() for _, _, suffix in g[1:]})
-    suffix_ids = dict(zip(suffixes, sp.encode(suffixes, num_threads=16)))
-    dummy = sp.piece_to_id("\u2581")
-    order_rng = random.Random(len(groups))
-    for group in groups.values():
+        out.append((ids, [0] * (1 + len(pi)) + [1] * (len(ti) + 1), kind))
+
+    order_rng = random.Random(seed)
+    histories = list(groups.keys())
+    for h in histories:
         # Every question type must also come straight after the history, as at inference.
-        order_rng.shuffle(group)
+        order_rng.shuffle(groups[h])
+    firsts = sp.encode([h + groups[h][0][0] for h in histories], num_threads=16)
+    answers = sorted({a for qa in groups.values() for _, a in qa})
+    answer_ids = dict(zip(answers, sp.encode(answers, num_threads=16)))
+    # Later questions of a sequence: the suffix alone, without SentencePiece's dummy-prefix
+    # piece (in the inference prompt the suffix continues the history's text).
+    suffixes = sorted({suffix for qa in groups.values() for suffix, _ in qa})
+    dummy = sp.piece_to_id("\u2581")
+    suffix_ids = {}
+    for suffix, si in zip(suffixes, sp.encode(suffixes, num_threads=16)):
+        suffix_ids[suffix] = si[1:] if si and si[0] == dummy else si
+    for h, first in zip(histories, firsts):
         ids, mask = [], []
-        for pi, ti, suffix in group:
+        for k, (suffix, answer) in enumerate(groups[h]):
+            ti = answer_ids[answer]
+            if ids and len(ids) + len(suffix_ids[suffix]) + len(ti) + 1 > max_len:
+                out.append((ids, mask, "qa"))
+                ids, mask = [], []
             if not ids:
+                pi = first if k == 0 else sp.encode(h + suffix)
                 ids, mask = [sp.bos_id()] + pi, [0] * (1 + len(pi))
             else:
                 si = suffix_ids[suffix]
-                if si and si[0] == dummy:
-                    si = si[1:]
-                if len(ids) + len(si) + len(ti) + 1 > max_len:
-                    out.append((ids, mask, "qa"))
-                    ids, mask = [sp.bos_id()] + pi, [0] * (1 + len(pi))
-                else:
-                    ids, mask = ids + si, mask + [0] * len(si)
+                ids, mask = ids + si, mask + [0] * len(si)
             if len(ids) + len(ti) + 1 > max_len:
                 dropped += 1
                 ids, mask = [], []
@@ -200,6 +213,8 @@ def main():
     ap.add_argument("--max-len", type=int, default=4096)
     ap.add_argument("--tokens-per-batch", type=int, default=65536)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--init", default="", help="start from this earlier run's folder")
+    ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--limit", type=int, default=0, help="use only this many examples (smoke test)")
     args = ap.parse_args()
     t_start = time.time()
@@ -208,11 +223,17 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     device = "cuda"
 
-    examples = read_examples(args.data)
+    examples, groups = read_examples(args.data)
     if args.limit:
         examples = random.Random(args.seed).sample(examples, min(args.limit, len(examples)))
-    sp = train_tokenizer(examples, args.out, args.vocab, args.seed)
-    encoded, dropped = encode_examples(sp, examples, args.max_len)
+        groups = dict(list(groups.items())[:max(1, args.limit // 20)])
+    if args.init:
+        # Warm start: the tokenizer and weights of an earlier run (same vocabulary).
+        shutil.copy(os.path.join(args.init, "tokenizer.model"), args.out)
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(args.out, "tokenizer.model"))
+    else:
+        sp = train_tokenizer(examples, groups, args.out, args.vocab, args.seed)
+    encoded, dropped = encode_examples(sp, examples, groups, args.max_len, args.seed)
     rng = random.Random(args.seed)
     rng.shuffle(encoded)
     n_val = min(300, len(encoded) // 20)
@@ -227,7 +248,12 @@ def main():
         rope_theta=10000.0, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2,
         attention_bias=False, mlp_bias=False, initializer_range=0.02)
     cfg._attn_implementation = "sdpa"
-    model = transformers.LlamaForCausalLM(cfg).to(device)
+    if args.init:
+        model = transformers.LlamaForCausalLM.from_pretrained(args.init, dtype=torch.float32)
+        model.config._attn_implementation = "sdpa"
+        model = model.to(device)
+    else:
+        model = transformers.LlamaForCausalLM(cfg).to(device)
     params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=True)
@@ -241,7 +267,7 @@ def main():
     print(json.dumps({"examples": len(encoded), "dropped": dropped, "parameters": params,
                       "data_seconds": round(time.time() - t_start, 1)}), flush=True)
     budget = args.minutes * 60
-    warmup = 200
+    warmup = args.warmup
     log = []
     step = 0
     seen_tokens = 0
