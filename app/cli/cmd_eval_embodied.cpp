@@ -13,10 +13,11 @@
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
 #include "core/engine/generator.h"
+#include "core/engine/line_completion.h"
 #include "core/env/embodied_prompt.h"
+#include "core/env/expert_planner.h"
 #include "core/env/household_session.h"
 #include "core/model/model_error.h"
-#include "core/tokenizer/token_stream.h"
 
 namespace engram::cli {
 namespace {
@@ -26,30 +27,6 @@ struct TypeTally {
   int successes = 0;
   double subgoal_fraction = 0;
 };
-
-// Greedy next action for one prompt; stops at EOS or the end of the line.
-std::string propose_action(const LoadedModel& model, const std::string& prompt,
-                           GenerationOptions options, double* ttft_ms) {
-  std::vector<int64_t> ids;
-  if (model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
-  for (int32_t id : model.tokenizer->encode(prompt))
-    ids.push_back(id);
-  const ModelConfig& c = model.config;
-  KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1,
-                static_cast<int64_t>(ids.size()) + options.max_new_tokens, model.decoder->dtype(),
-                model.decoder->device());
-  TokenStream stream(*model.tokenizer);
-  std::string text;
-  const GenerationResult r = generate(*model.decoder, cache, {}, ids, options, [&](int64_t t) {
-    text += stream.push(static_cast<int32_t>(t));
-    return text.find('\n') == std::string::npos;
-  });
-  if (r.stop_reason != "stop") text += stream.finish();
-  *ttft_ms = r.time_to_first_token_ms;
-  text = text.substr(0, text.find('\n'));
-  const auto first = text.find_first_not_of(' ');
-  return first == std::string::npos ? std::string() : text.substr(first);
-}
 
 }  // namespace
 
@@ -68,12 +45,12 @@ int run_eval_embodied(int argc, char** argv) {
   if (!model.tokenizer) {
     throw ModelError(args.str("model", ""), "eval needs tokenizer.model in the model folder");
   }
-  GenerationOptions options;
-  options.max_new_tokens = 24;
+  constexpr int64_t kMaxActionTokens = 24;  // the longest action is ~12 tokens
 
   std::map<std::string, TypeTally> by_type;
   std::vector<double> ttfts;
-  int invalid = 0, steps = 0;
+  int invalid = 0, steps = 0, agreed = 0;
+  nlohmann::json task_records = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t e = 0; e < episodes; ++e) {
     env::SessionOptions so;
@@ -84,9 +61,13 @@ int run_eval_embodied(int argc, char** argv) {
     while (!session.finished()) {
       const env::EmbodiedPrompt prompt = env::build_embodied_prompt(
           session.memory(), *session.current_task(), session.task_actions());
-      double ttft = 0;
-      const std::string text = propose_action(model, prompt.text, options, &ttft);
-      ttfts.push_back(ttft);
+      // Agreement with the expert in the same state: the per-step skill behind the task rate
+      // (a 15-step task needs it near 1).
+      const std::optional<env::Action> expert =
+          env::expert_next_action(session.world(), *session.current_task());
+      const LineCompletion proposal = complete_line(model, prompt.text, kMaxActionTokens);
+      const std::string& text = proposal.text;
+      ttfts.push_back(proposal.time_to_first_token_ms);
       std::string error;
       std::optional<env::Action> action = env::parse_action(text, &error);
       if (!action) {
@@ -94,10 +75,17 @@ int run_eval_embodied(int argc, char** argv) {
         // An unparseable proposal still costs a step; the world refuses it and records why.
         action = env::Action{env::Verb::kFind, "unparsed(" + text + ")", ""};
       }
+      agreed += expert && *expert == *action;
       session.step(*action);
       ++steps;
     }
-    for (const env::TaskRecord& r : session.records()) {
+    for (size_t i = 0; i < session.records().size(); ++i) {
+      const env::TaskRecord& r = session.records()[i];
+      task_records.push_back({{"seed", so.seed},
+                              {"task_index", i},
+                              {"type", env::task_type_name(r.task.type)},
+                              {"success", r.success},
+                              {"steps", r.steps}});
       TypeTally& t = by_type[env::task_type_name(r.task.type)];
       ++t.tasks;
       t.successes += r.success ? 1 : 0;
@@ -129,14 +117,18 @@ int run_eval_embodied(int argc, char** argv) {
   out["tasks"] = tasks;
   out["steps"] = steps;
   out["invalid_proposals"] = invalid;
+  out["expert_agreement"] = steps ? double(agreed) / steps : 0.0;
   out["success_rate"] = tasks ? double(successes) / tasks : 0.0;
   out["subgoal_success_rate"] = tasks ? subgoals / tasks : 0.0;
   out["per_type"] = per_type;
   out["time_to_first_token_ms_median"] = ttfts.empty() ? 0.0 : ttfts[ttfts.size() / 2];
   out["device"] = model.decoder->device().str();
+  out["task_records"] = task_records;
   out["wall_seconds"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%s\n", out.dump(2).c_str());
+  nlohmann::json summary = out;
+  summary.erase("task_records");  // per task: in --json only
+  std::printf("%s\n", summary.dump(2).c_str());
   if (args.has("json")) std::ofstream(args.str("json", "")) << out.dump(2) << '\n';
   return 0;
 }
