@@ -161,7 +161,7 @@ class UiChatTest : public QObject {
     QCOMPARE(unit_bytes, s.engine_cache_bytes);
     QCOMPARE(tokens, s.engine_cached_tokens);
     QCOMPARE(s.bytes_by_location[int(engram::MemoryLocation::kCpu)], s.engine_cache_bytes);
-    // 6 utterances from three turns over two windows (the first turns were rebuilt from text).
+    // 6 utterances from three turns over three windows (earlier turns restored from the store).
     int utterances = 0;
     for (const auto& u : s.units)
       utterances += u.kind == "utterance" ? 1 : 0;

@@ -136,6 +136,7 @@ bool MessageBubble::eventFilter(QObject* watched, QEvent* event) {
 }
 
 void MessageBubble::set_stats(const ReplyStats& s) {
+  stats_ = s;
   if (render_timer_->isActive()) render();
   QString text = tr("first token %1 ms · %2 tokens/s · %3 tokens")
                      .arg(s.time_to_first_token_ms, 0, 'f', 0)

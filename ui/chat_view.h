@@ -29,6 +29,7 @@ class MessageBubble : public QFrame {
   QString text() const { return text_; }
   QString role() const { return role_; }
   void set_stats(const ReplyStats& stats);
+  const ReplyStats& stats() const { return stats_; }
   void set_note(const QString& note);
   void set_regenerate_visible(bool visible);
   QString stats_text() const;
@@ -50,6 +51,7 @@ class MessageBubble : public QFrame {
   QToolButton* copy_;
   QToolButton* regenerate_;
   QTimer* render_timer_;
+  ReplyStats stats_;
 };
 
 class ChatView : public QScrollArea {

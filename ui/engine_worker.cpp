@@ -50,6 +50,8 @@ void register_worker_metatypes() {
   qRegisterMetaType<engram::OpenedConversation>();
   qRegisterMetaType<engram::ReplyStats>();
   qRegisterMetaType<engram::MemorySnapshot>();
+  qRegisterMetaType<engram::MemoryRestore>();
+  qRegisterMetaType<engram::MemorySave>();
 }
 
 EngineWorker::EngineWorker(QString profile_dir, EngineEvents* events)
@@ -87,6 +89,7 @@ void EngineWorker::loadModel(const ModelLoadRequest& request) {
         request, [this](const ModelLoadProgress& p) { Q_EMIT modelLoadProgress(p); });
     Q_EMIT modelLoaded(info);
     refreshMemory();
+    restore_memory();  // the open conversation's KV for the new model (or why it cannot be used)
   } catch (const std::exception& e) {
     const QString dir = QString::fromStdString(
         request.dir.empty() ? Assistant::bundled_model_dir().string() : request.dir.string());
@@ -125,7 +128,8 @@ void EngineWorker::openConversation(qint64 id) {
   if (!ready()) return;
   try {
     Q_EMIT conversationOpened(assistant_->open_conversation(id));
-    refreshMemory();
+    refreshMemory();   // its KV on disk, until...
+    restore_memory();  // ...it is read: the text is on screen meanwhile
   } catch (const storage::DatabaseCorrupt& e) {
     QString name = tr("conversation %1").arg(id);
     try {
@@ -188,6 +192,7 @@ void EngineWorker::send(const QString& text, const AssistantSampling& sampling) 
     Q_EMIT replyFinished(stats);
     if (!had_conversation) Q_EMIT conversationStarted(*assistant_->current_conversation());
     Q_EMIT conversationsChanged();
+    save_memory();
   } catch (const std::exception& e) {
     Q_EMIT replyFailed(readable_error(e), text);
   }
@@ -203,10 +208,35 @@ void EngineWorker::regenerate(const AssistantSampling& sampling) {
         assistant_->regenerate(sampling, [this](const std::string& t) { stream(t); });
     Q_EMIT replyFinished(stats);
     Q_EMIT conversationsChanged();
+    save_memory();
   } catch (const std::exception& e) {
     Q_EMIT replyFailed(readable_error(e), QString());
   }
   refreshMemory();
+}
+
+void EngineWorker::restore_memory() {
+  try {
+    const MemoryRestore r = assistant_->restore_memory();
+    if (!r.attempted) return;
+    Q_EMIT memoryRestored(r);
+    refreshMemory();
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("The saved memory of this conversation could not be read; it is rebuilt from "
+                    "the text on the next answer. (%1)")
+                     .arg(readable_error(e)));
+  }
+}
+
+void EngineWorker::save_memory() {
+  try {
+    Q_EMIT memorySaved(assistant_->save_memory());
+  } catch (const std::exception& e) {
+    // The reply and its text are stored; only the KV is not.
+    Q_EMIT error(tr("The answer is stored, but the conversation's memory (KV cache) could not be "
+                    "saved; after a restart it is rebuilt from the text. (%1)")
+                     .arg(readable_error(e)));
+  }
 }
 
 void EngineWorker::refreshMemory() {

@@ -21,6 +21,8 @@ Q_DECLARE_METATYPE(engram::ConversationInfo)
 Q_DECLARE_METATYPE(engram::OpenedConversation)
 Q_DECLARE_METATYPE(engram::ReplyStats)
 Q_DECLARE_METATYPE(engram::MemorySnapshot)
+Q_DECLARE_METATYPE(engram::MemoryRestore)
+Q_DECLARE_METATYPE(engram::MemorySave)
 
 namespace engram::ui {
 
@@ -69,12 +71,20 @@ class EngineWorker : public QObject {
   void replyFinished(const engram::ReplyStats& stats);
   void replyFailed(const QString& message, const QString& user_text);
   void memoryChanged(const engram::MemorySnapshot& snapshot);
+  // The open conversation's stored KV was read (or could not be used: restore.notice says why).
+  void memoryRestored(const engram::MemoryRestore& restore);
+  // The conversation's KV went to the store after a reply.
+  void memorySaved(const engram::MemorySave& save);
   void conversationsChanged();
   void error(const QString& message);
 
  private:
   bool ready();
   void stream(const std::string& text);
+  // After an open or a model load: the stored KV into the session (disk -> device).
+  void restore_memory();
+  // After a reply: the session's KV into the store, so a restart does not re-read the history.
+  void save_memory();
 
   QString profile_dir_;
   EngineEvents* events_;

@@ -292,6 +292,20 @@ void MainWindow::connect_worker() {
             Q_EMIT replyDone();
           });
   connect(worker_, &EngineWorker::memoryChanged, inspector_, &MemoryInspector::setSnapshot);
+  connect(worker_, &EngineWorker::memoryRestored, this, [this](const MemoryRestore& r) {
+    if (r.restored) {
+      statusBar()->showMessage(tr("Memory restored from disk: %1 tokens, %2 in %3 ms")
+                                   .arg(r.tokens)
+                                   .arg(format_bytes_short(r.bytes))
+                                   .arg(r.ms, 0, 'f', 0),
+                               10000);
+    } else if (r.damaged) {
+      showError(QString::fromStdString(r.notice));  // a damaged file deserves the banner
+    } else if (!r.notice.empty()) {
+      statusBar()->showMessage(QString::fromStdString(r.notice), 15000);
+    }
+    Q_EMIT memoryRestored(r);
+  });
   connect(worker_, &EngineWorker::error, this, &MainWindow::showError);
   connect(events_, &EngineEvents::layerIntervals, timeline_, &TimelinePanel::addIntervals);
 }

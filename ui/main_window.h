@@ -80,6 +80,8 @@ class MainWindow : public QMainWindow {
   void conversationShown(qint64 id);
   void conversationsRefreshed();
   void busyChanged(bool busy);
+  // The open conversation's stored KV was read into the engine, or could not be used.
+  void memoryRestored(const engram::MemoryRestore& restore);
 
  protected:
   void closeEvent(QCloseEvent* event) override;

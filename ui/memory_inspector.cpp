@@ -24,6 +24,16 @@ QString state_explained(const std::string& state) {
         "is never fed back); the rest is computed on the next reply.");
   }
   if (state == "generating") return QObject::tr("The reply being generated now.");
+  if (state == "stored") {
+    return QObject::tr(
+        "Its KV is in the profile's store on disk, not loaded; it is read (not recomputed) "
+        "before the next reply.");
+  }
+  if (state == "partly stored") {
+    return QObject::tr(
+        "Some of its tokens have KV in the store on disk; the rest is computed on the next "
+        "reply.");
+  }
   if (state == "text only") {
     return QObject::tr("Only its text exists; its KV is computed (prefilled) on the next reply.");
   }
@@ -156,11 +166,19 @@ void MemoryInspector::setSnapshot(const MemorySnapshot& snapshot) {
                              .arg(QString::fromStdString(snapshot.engine_device))
                              .arg(snapshot.engine_cached_tokens)
                              .arg(format_bytes_short(snapshot.engine_cache_bytes));
-  totals_->setText(tr("<b>Totals per location</b><br>%1<br>%2 units, %3 text only<br>%4")
+  // The store's copy, loaded or not: what a restart brings back without re-reading the history.
+  const QString stored = snapshot.stored_tokens == 0
+                             ? tr("nothing saved in the store")
+                             : tr("saved in the store: %1 tokens, %2 KV + %3 token ids")
+                                   .arg(snapshot.stored_tokens)
+                                   .arg(format_bytes_short(snapshot.stored_kv_bytes))
+                                   .arg(format_bytes_short(snapshot.stored_token_id_bytes));
+  totals_->setText(tr("<b>Totals per location</b><br>%1<br>%2 units, %3 text only<br>%4<br>%5")
                        .arg(parts.join(QStringLiteral("<br>")))
                        .arg(snapshot.units.size())
                        .arg(text_only)
-                       .arg(engine));
+                       .arg(engine, stored));
+  Q_EMIT snapshotShown(snapshot);
 }
 
 }  // namespace engram::ui

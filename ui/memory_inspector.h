@@ -43,6 +43,9 @@ class MemoryInspector : public QWidget {
  public Q_SLOTS:
   void setSnapshot(const engram::MemorySnapshot& snapshot);
 
+ Q_SIGNALS:
+  void snapshotShown(const engram::MemorySnapshot& snapshot);
+
  private:
   MemoryUnitsModel* model_;
   QTableView* table_;

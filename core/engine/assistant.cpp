@@ -10,7 +10,9 @@
 #include <stdexcept>
 
 #include "core/engine/chat_session.h"
+#include "core/engine/conversation_store.h"
 #include "core/engine/loaded_model.h"
+#include "core/log.h"
 #include "core/model/dtype.h"
 #include "core/model/model_error.h"
 #include "storage/conversation_repository.h"
@@ -80,20 +82,105 @@ struct Assistant::State {
   EngineObserver* observer = nullptr;
   bool trace = true;
   bool generating = false;
-  int64_t generating_from_tokens = 0;  // cache length when the open turn began
+  int64_t generating_from_tokens = 0;     // cache length when the open turn began
+  std::optional<StoredSessionKv> stored;  // the open conversation's KV in the store (its index)
+  bool kv_pending = false;                // `stored` is not in the session yet (restore_memory)
 
   storage::ConversationRepository repo() { return storage::ConversationRepository(*db); }
 
-  // A session over the loaded model with the open conversation's text (its cache is prefilled
-  // by the next reply).
+  void read_stored() {
+    stored.reset();
+    if (conversation) stored = ConversationStore(*db).stored_kv(*conversation);
+  }
+
+  // A session over the loaded model with the open conversation's text. Its stored KV, if any,
+  // comes in with restore_memory(); otherwise the next reply prefills the text.
   void rebuild_session() {
     session.reset();
+    kv_pending = false;
     if (!model) return;
     session = std::make_unique<ChatSession>(*model);
     std::vector<ChatMessage> history;
     for (const auto& m : messages)
       history.push_back({m.role, m.text});
     session->set_history(std::move(history));
+    kv_pending = conversation.has_value() && stored.has_value();
+  }
+
+  // One unit per message of `history` (plus the tokens past them) when the first `kv_tokens`
+  // tokens of the rendered conversation have KV at `where`, `per_token` bytes each.
+  void add_units(MemorySnapshot& snap, const std::vector<ChatMessage>& history, int64_t kv_tokens,
+                 MemoryLocation where, int64_t per_token, bool on_disk) {
+    const char* full = on_disk ? "stored" : "cached";
+    const char* part = on_disk ? "partly stored" : "partly cached";
+    const std::vector<int64_t> ends = message_ends(history);
+    int64_t begin = 0;
+    const auto count = [&](const MemoryUnit& u, int64_t with_kv) {
+      if (u.location == MemoryLocation::kNone) return;
+      snap.bytes_by_location[static_cast<int>(u.location)] += u.bytes;
+      snap.tokens_by_location[static_cast<int>(u.location)] += with_kv;
+    };
+    for (size_t i = 0; i < history.size(); ++i) {
+      const int64_t end = i < ends.size() ? ends[i] : begin;
+      MemoryUnit u;
+      u.kind = "utterance";
+      u.index = static_cast<int64_t>(i);
+      u.role = history[i].role;
+      u.preview = preview_of(history[i].content);
+      u.tokens = end - begin;
+      const int64_t with_kv = std::clamp<int64_t>(kv_tokens - begin, 0, u.tokens);
+      if (with_kv == u.tokens && u.tokens > 0) {
+        u.location = where;
+        u.state = full;
+      } else if (with_kv > 0) {
+        u.location = where;
+        u.state = part;
+      } else {
+        u.location = MemoryLocation::kNone;
+        u.state = "text only";
+      }
+      u.bytes = with_kv * per_token;
+      count(u, with_kv);
+      snap.units.push_back(u);
+      begin = end;
+    }
+    // KV past the rendered messages: the open turn's prompt and the reply being generated (or the
+    // generation prompt a finished reply was computed after).
+    if (kv_tokens > begin) {
+      MemoryUnit u;
+      u.kind = "turn";
+      u.index = static_cast<int64_t>(history.size());
+      u.role = "assistant";
+      u.preview = generating ? "(reply being generated)" : "(generation prompt)";
+      u.tokens = kv_tokens - begin;
+      u.location = where;
+      u.bytes = u.tokens * per_token;
+      u.state = generating ? "generating" : full;
+      count(u, u.tokens);
+      snap.units.push_back(u);
+    }
+  }
+
+  // What the person reads when the stored KV of `name` could not be used.
+  static std::string restore_notice(const std::string& name, const ConversationRestore& r) {
+    const std::string tail =
+        " The conversation's text is intact: its memory is rebuilt from the text on the next "
+        "answer and saved again.";
+    switch (r.rebuild_cause) {
+      case KvRebuildCause::kNone:
+        return {};
+      case KvRebuildCause::kDamaged:
+        return "The saved memory (KV cache) of \u201c" + name +
+               "\u201d is damaged and was not used (" + r.rebuild_reason + ")." + tail;
+      case KvRebuildCause::kOtherModel:
+        return "The saved memory (KV cache) of \u201c" + name +
+               "\u201d was computed by another model and was not used." + tail;
+      case KvRebuildCause::kLayout:
+      case KvRebuildCause::kNotStored:
+        return "The saved memory (KV cache) of \u201c" + name +
+               "\u201d does not fit the loaded model (" + r.rebuild_reason + ")." + tail;
+    }
+    return {};
   }
 
   std::string unique_name(const std::string& wanted) {
@@ -305,6 +392,7 @@ ConversationInfo Assistant::new_conversation(const std::string& name) {
   const auto c = s_->repo().create(s_->unique_name(name), s_->info.fingerprint);
   s_->conversation = c.id;
   s_->messages.clear();
+  s_->stored.reset();
   s_->rebuild_session();
   return info_of(c);
 }
@@ -320,8 +408,11 @@ OpenedConversation Assistant::open_conversation(int64_t id) {
       opened.info.model_fingerprint != s_->info.fingerprint) {
     opened.note = "This conversation was held by another model; its memory is rebuilt from text.";
   }
+  // Only the index: the blobs are read by restore_memory(), after the text is on screen.
+  std::optional<StoredSessionKv> stored = ConversationStore(*s_->db).stored_kv(id);
   s_->conversation = id;
   s_->messages = opened.messages;
+  s_->stored = std::move(stored);
   if (!already_open) s_->rebuild_session();  // keeps the cache of the open conversation
   return opened;
 }
@@ -335,6 +426,7 @@ void Assistant::delete_conversation(int64_t id) {
   if (s_->conversation == id) {
     s_->conversation.reset();
     s_->messages.clear();
+    s_->stored.reset();
     s_->rebuild_session();
   }
 }
@@ -350,6 +442,7 @@ ReplyStats Assistant::send(const std::string& user_text, const AssistantSampling
                            const std::function<void(const std::string&)>& on_text) {
   s_->require_model();
   if (!s_->conversation) new_conversation();
+  if (s_->kv_pending) restore_memory();
   const int64_t id = *s_->conversation;
   auto repo = s_->repo();
   // A first message names a conversation that still has the default name.
@@ -396,6 +489,7 @@ ReplyStats Assistant::regenerate(const AssistantSampling& sampling,
   if (!s_->conversation || s_->messages.empty() || s_->messages.back().role != "assistant") {
     throw std::runtime_error("there is no reply to regenerate");
   }
+  if (s_->kv_pending) restore_memory();
   s_->cancel = false;
   s_->generating = true;
   s_->generating_from_tokens = s_->session->cache().lengths()[0];
@@ -425,71 +519,90 @@ void Assistant::stop() {
   s_->cancel = true;
 }
 
+MemoryRestore Assistant::restore_memory() {
+  MemoryRestore out;
+  if (!s_->kv_pending || !s_->session || !s_->conversation) return out;
+  s_->kv_pending = false;  // one try per open: a KV that cannot be used is rebuilt from text
+  out.attempted = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string name = s_->repo().load(*s_->conversation).name;
+  const auto r = ConversationStore(*s_->db).restore(name, *s_->session, /*rebuild=*/false);
+  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (!r) return out;
+  if (r->kv_restored) {
+    out.restored = true;
+    out.tokens = r->cached_tokens;
+    out.bytes = s_->session->cache().bytes();
+    return out;
+  }
+  out.damaged = r->rebuild_cause == KvRebuildCause::kDamaged;
+  // The stored fingerprint tells another model apart even when its layer count differs (then
+  // the store finds no blob for this model's layer range).
+  ConversationRestore why = *r;
+  if (s_->stored && s_->stored->model_fingerprint != s_->info.fingerprint)
+    why.rebuild_cause = KvRebuildCause::kOtherModel;
+  out.notice = State::restore_notice(name, why);
+  return out;
+}
+
+MemorySave Assistant::save_memory() {
+  MemorySave out;
+  // Nothing computed yet (e.g. a restore that failed and no reply since): the store keeps what
+  // it has rather than an empty cache.
+  if (!s_->conversation || !s_->session || s_->kv_pending || s_->session->cached_tokens() == 0)
+    return out;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    out.completed_tokens = s_->session->prefill_history();
+  } catch (const std::out_of_range& e) {
+    // The history fills the model's positions: store what is cached, the next turn is refused.
+    log::info(std::string("save_memory: cache not completed: ") + e.what());
+  }
+  const std::string name = s_->repo().load(*s_->conversation).name;
+  ConversationStore(*s_->db).save(name, *s_->session);
+  s_->read_stored();
+  out.tokens = s_->session->cached_tokens();
+  out.kv_bytes = s_->stored ? s_->stored->kv_bytes : 0;
+  out.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
 MemorySnapshot Assistant::memory() const {
   MemorySnapshot snap;
   snap.conversation_id = s_->conversation.value_or(0);
+  if (s_->stored) {
+    snap.stored_tokens = s_->stored->tokens;
+    snap.stored_kv_bytes = s_->stored->kv_bytes;
+    snap.stored_token_id_bytes = s_->stored->token_id_bytes;
+  }
   if (!s_->session) {
     for (size_t i = 0; i < s_->messages.size(); ++i) {
       const auto& m = s_->messages[i];
       snap.units.push_back({"utterance", static_cast<int64_t>(i), m.role, preview_of(m.text), 0,
                             MemoryLocation::kNone, 0, 1, "text only"});
     }
+    // Without a tokenizer the stored KV cannot be split by message: one unit holds it.
+    if (s_->stored) {
+      snap.units.push_back({"session", static_cast<int64_t>(s_->messages.size()), "",
+                            "(stored KV of the conversation)", s_->stored->tokens,
+                            MemoryLocation::kDisk, s_->stored->kv_bytes, 1, "stored"});
+      snap.bytes_by_location[static_cast<int>(MemoryLocation::kDisk)] = s_->stored->kv_bytes;
+      snap.tokens_by_location[static_cast<int>(MemoryLocation::kDisk)] = s_->stored->tokens;
+    }
     return snap;
   }
   const KvCache& cache = s_->session->cache();
-  const int64_t cached = cache.lengths()[0];
-  const int64_t per_token = s_->info.kv_bytes_per_token;
-  const MemoryLocation where =
-      cache.device().is_cuda() ? MemoryLocation::kGpu : MemoryLocation::kCpu;
-  snap.engine_cached_tokens = cached;
+  snap.engine_cached_tokens = cache.lengths()[0];
   snap.engine_cache_bytes = cache.bytes();
   snap.engine_device = device_name(cache.device());
-
   const auto& history = s_->session->history();
-  const std::vector<int64_t> ends = s_->message_ends(history);
-  int64_t begin = 0;
-  for (size_t i = 0; i < history.size(); ++i) {
-    const int64_t end = i < ends.size() ? ends[i] : begin;
-    MemoryUnit u;
-    u.kind = "utterance";
-    u.index = static_cast<int64_t>(i);
-    u.role = history[i].role;
-    u.preview = preview_of(history[i].content);
-    u.tokens = end - begin;
-    const int64_t in_cache = std::clamp<int64_t>(cached - begin, 0, u.tokens);
-    if (in_cache == u.tokens && u.tokens > 0) {
-      u.location = where;
-      u.state = "cached";
-    } else if (in_cache > 0) {
-      u.location = where;
-      u.state = "partly cached";
-    } else {
-      u.location = MemoryLocation::kNone;
-      u.state = "text only";
-    }
-    u.bytes = in_cache * per_token;
-    snap.units.push_back(u);
-    begin = end;
-  }
-  // Cached tokens past the rendered messages: the open turn's prompt and the reply being
-  // generated (or the generation prompt a finished reply was computed after).
-  if (cached > begin) {
-    MemoryUnit u;
-    u.kind = "turn";
-    u.index = static_cast<int64_t>(history.size());
-    u.role = "assistant";
-    u.preview = s_->generating ? "(reply being generated)" : "(generation prompt)";
-    u.tokens = cached - begin;
-    u.location = where;
-    u.bytes = u.tokens * per_token;
-    u.state = s_->generating ? "generating" : "cached";
-    snap.units.push_back(u);
-  }
-  for (const auto& u : snap.units) {
-    if (u.location == MemoryLocation::kNone) continue;
-    snap.bytes_by_location[static_cast<int>(u.location)] += u.bytes;
-    snap.tokens_by_location[static_cast<int>(u.location)] +=
-        u.bytes / std::max<int64_t>(1, per_token);
+  if (s_->kv_pending && s_->stored->tokens > 0) {
+    s_->add_units(snap, history, s_->stored->tokens, MemoryLocation::kDisk,
+                  s_->stored->kv_bytes / s_->stored->tokens, /*on_disk=*/true);
+  } else {
+    s_->add_units(snap, history, cache.lengths()[0],
+                  cache.device().is_cuda() ? MemoryLocation::kGpu : MemoryLocation::kCpu,
+                  s_->info.kv_bytes_per_token, /*on_disk=*/false);
   }
   return snap;
 }

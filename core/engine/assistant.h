@@ -87,7 +87,9 @@ struct ReplyStats {
   std::string stop_reason;  // "eos", "length", "stop", "cancelled"
 };
 
-// Where a unit's KV lives now. kNone: only its text exists (it is prefilled on the next reply).
+// Where a unit's KV lives now. kDisk: in the profile's store, not loaded (restore_memory() brings
+// it in); kNone: only its text exists (it is prefilled on the next reply). kPinnedCpu is for KV
+// kept in page-locked host memory; today a restore only stages through it on its way to the GPU.
 enum class MemoryLocation : uint8_t { kGpu, kPinnedCpu, kCpu, kDisk, kNone };
 inline constexpr int kMemoryLocationCount = 5;
 const char* memory_location_name(MemoryLocation location);
@@ -96,7 +98,7 @@ const char* memory_location_name(MemoryLocation location);
 // conversation, template tokens included), plus the open turn while a reply is generated.
 // Segments, groups, episodes and clusters join with their policies.
 struct MemoryUnit {
-  std::string kind;  // "utterance", "turn"
+  std::string kind;  // "utterance", "turn", "session" (stored KV while no model is loaded)
   int64_t index = 0;
   std::string role;
   std::string preview;
@@ -104,7 +106,8 @@ struct MemoryUnit {
   MemoryLocation location = MemoryLocation::kNone;
   int64_t bytes = 0;
   int64_t version = 1;
-  std::string state;  // "cached", "generating", "text only", "stored"
+  // "cached", "partly cached", "generating", "text only", "stored", "partly stored"
+  std::string state;
 };
 
 struct MemorySnapshot {
@@ -116,6 +119,32 @@ struct MemorySnapshot {
   int64_t engine_cached_tokens = 0;
   int64_t engine_cache_bytes = 0;
   std::string engine_device;
+  // The conversation's KV in the profile's store (what a restart brings back), whether or not it
+  // is loaded: tokens, the KV blob and the blob of the token ids it was computed for.
+  int64_t stored_tokens = 0;
+  int64_t stored_kv_bytes = 0;
+  int64_t stored_token_id_bytes = 0;
+};
+
+// What restore_memory() did with the open conversation's stored KV.
+struct MemoryRestore {
+  bool attempted = false;  // false: nothing stored, already loaded, or no model
+  bool restored = false;
+  int64_t tokens = 0;  // tokens whose KV came from the store
+  int64_t bytes = 0;
+  double ms = 0;
+  // Why the stored KV was not used, for the person (the conversation's text is kept; the next
+  // reply prefills it): another model's KV, a damaged or missing blob file, another dtype.
+  std::string notice;
+  bool damaged = false;  // the blob is missing, truncated or fails its checksum
+};
+
+// What save_memory() wrote.
+struct MemorySave {
+  int64_t tokens = 0;
+  int64_t kv_bytes = 0;
+  int64_t completed_tokens = 0;  // prefilled so the cache covers the whole rendered history
+  double ms = 0;
 };
 
 class Assistant {
@@ -144,7 +173,9 @@ class Assistant {
   std::vector<ConversationInfo> search_conversations(const std::string& text);
   // An empty name picks "New conversation", "New conversation 2", ...
   ConversationInfo new_conversation(const std::string& name = {});
-  // Throws storage::StoreError (NotFound, DatabaseCorrupt) and leaves the current one open.
+  // Reads the conversation's text and its stored KV's index (no blob is read: memory() shows the
+  // KV on disk until restore_memory()). Throws storage::StoreError (NotFound, DatabaseCorrupt)
+  // and leaves the current one open.
   OpenedConversation open_conversation(int64_t id);
   void rename_conversation(int64_t id, const std::string& name);
   void delete_conversation(int64_t id);  // closes it when it is the open one
@@ -161,6 +192,18 @@ class Assistant {
                         const std::function<void(const std::string&)>& on_text);
   // Asks the running generation to stop after its current token. Any thread.
   void stop();
+
+  // Brings the open conversation's stored KV into the session when it is not loaded yet (after
+  // open_conversation() or load()): ConversationStore checks the fingerprint and the checksum.
+  // A KV that cannot be used leaves the text, and the next reply prefills it; the result says
+  // why. send() and regenerate() call it first, so it only moves the cost to an earlier moment.
+  MemoryRestore restore_memory();
+  // Completes the cache to the rendered history (the tail of a reply whose generated ids differ
+  // from its re-tokenized text, and the end-of-turn tokens), then writes the conversation's KV
+  // to the store (ConversationStore::save), so a restart reuses every token. Call after each
+  // reply, stopped ones included; it fsyncs the whole KV, so the app calls it after reporting the
+  // reply. Throws storage::StoreError (e.g. StorageFull); the text stays stored either way.
+  MemorySave save_memory();
 
   MemorySnapshot memory() const;
 

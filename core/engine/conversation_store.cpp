@@ -193,6 +193,7 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
     const auto ids_record = blobs.find(blob_key(conversation->id, kIdsKind, shape.layers));
     if (!kv_record || !ids_record) {
       out.rebuild_reason = "no stored KV cache for " + std::to_string(shape.layers) + " layers";
+      out.rebuild_cause = KvRebuildCause::kNotStored;
     } else {
       // get() checks the fingerprint before reading a byte (BlobStale) and the checksum while
       // reading (BlobCorrupt).
@@ -201,6 +202,7 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
       if (const std::string problem = layout_problem(*kv_record, *ids_record, shape, dtype);
           !problem.empty()) {
         out.rebuild_reason = blobs.path_of(*kv_record).string() + ": " + problem;
+        out.rebuild_cause = KvRebuildCause::kLayout;
       } else {
         at::Tensor staging = staging_buffer(kv_record->byte_size, device);
         blobs.get(
@@ -228,10 +230,13 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
     }
   } catch (const storage::BlobStale& e) {
     out.rebuild_reason = std::string("the stored KV cache belongs to another model: ") + e.what();
+    out.rebuild_cause = KvRebuildCause::kOtherModel;
   } catch (const storage::BlobCorrupt& e) {
     out.rebuild_reason = std::string("the stored KV cache is damaged: ") + e.what();
+    out.rebuild_cause = KvRebuildCause::kDamaged;
   } catch (const std::invalid_argument& e) {
     out.rebuild_reason = std::string("the stored KV cache does not fit: ") + e.what();
+    out.rebuild_cause = KvRebuildCause::kLayout;
   }
   if (out.open_ms == 0) out.open_ms = ms_since(t_open);
   if (!out.kv_restored) {
@@ -242,6 +247,27 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
       out.rebuild_ms = ms_since(t_rebuild);
     }
   }
+  return out;
+}
+
+std::optional<StoredSessionKv> ConversationStore::stored_kv(int64_t conversation_id) {
+  std::optional<storage::KvBlobRecord> kv, ids;
+  for (storage::KvBlobRecord& r : storage::KvBlobStore(db_).list(conversation_id)) {
+    if (r.key.unit.id != conversation_id) continue;
+    if (r.key.unit.kind == kKvKind) {
+      kv = std::move(r);
+    } else if (r.key.unit.kind == kIdsKind) {
+      ids = std::move(r);
+    }
+  }
+  if (!kv || !ids || ids->layout.shape.empty()) return std::nullopt;
+  StoredSessionKv out;
+  out.tokens = ids->layout.shape[0];
+  out.kv_bytes = kv->byte_size;
+  out.token_id_bytes = ids->byte_size;
+  out.dtype = kv->layout.dtype;
+  out.model_fingerprint = kv->model_fingerprint;
+  out.kv_file = kv->file_name;
   return out;
 }
 

@@ -23,6 +23,15 @@
 
 namespace engram {
 
+// Why a restore did not use the stored KV.
+enum class KvRebuildCause : uint8_t {
+  kNone,        // the KV was restored
+  kNotStored,   // no blobs (saved with an empty cache, or for another number of layers)
+  kOtherModel,  // BlobStale: made by another model
+  kDamaged,     // BlobCorrupt: missing, truncated or failing its checksum
+  kLayout,      // dtype or shape differ from the session's cache
+};
+
 struct ConversationRestore {
   int64_t conversation_id = 0;
   int64_t utterances = 0;        // messages put back into the session's history
@@ -30,9 +39,21 @@ struct ConversationRestore {
   int64_t prefilled_tokens = 0;  // tokens recomputed from text by a rebuild
   bool kv_restored = false;
   std::string rebuild_reason;  // empty when the KV was restored; else why it was rebuilt
-  double open_ms = 0;          // reading rows and the blob files (checksums included)
-  double install_ms = 0;       // staging buffer -> the session's KvCache
+  KvRebuildCause rebuild_cause = KvRebuildCause::kNone;
+  double open_ms = 0;     // reading rows and the blob files (checksums included)
+  double install_ms = 0;  // staging buffer -> the session's KvCache
   double rebuild_ms = 0;
+};
+
+// A conversation's stored KV as the blob index describes it; no file is read, so a UI can show
+// what is on disk without paying for a restore (the checksum is checked only by restore()).
+struct StoredSessionKv {
+  int64_t tokens = 0;
+  int64_t kv_bytes = 0;
+  int64_t token_id_bytes = 0;
+  std::string dtype;
+  std::string model_fingerprint;
+  std::string kv_file;  // the KV blob's file name in the profile's kv/ directory
 };
 
 class ConversationStore {
@@ -52,6 +73,8 @@ class ConversationStore {
   // empty (the next reply then prefills everything) instead of prefilling at once.
   std::optional<ConversationRestore> restore(const std::string& name, ChatSession& session,
                                              bool rebuild = true);
+  // The index entries of the session blobs of conversation `id`; std::nullopt when it has none.
+  std::optional<StoredSessionKv> stored_kv(int64_t conversation_id);
 
  private:
   storage::Database& db_;
