@@ -283,14 +283,14 @@ fs::path Assistant::bundled_model_dir(const fs::path& executable_dir_in) {
   const fs::path exe = executable_dir_in.empty() ? executable_dir() : executable_dir_in;
   std::vector<fs::path> candidates;
   if (!exe.empty()) {
-    candidates.push_back(exe / ".." / "share" / "engram" / "models" / "default");
+    candidates.push_back(exe / ".." / "share" / "engram" / "models" / "engram-tiny");
     // Build trees: <source>/<build>/app/gui/engram and <source>/<build>/tests/test_x.
     for (fs::path p = exe; !p.empty() && p != p.root_path(); p = p.parent_path()) {
-      candidates.push_back(p / "tests" / "data" / "models" / "llama-gqa");
+      candidates.push_back(p / "resources" / "models" / "engram-tiny");
     }
   }
 #ifdef ENGRAM_SOURCE_DIR
-  candidates.push_back(fs::path(ENGRAM_SOURCE_DIR) / "tests" / "data" / "models" / "llama-gqa");
+  candidates.push_back(fs::path(ENGRAM_SOURCE_DIR) / "resources" / "models" / "engram-tiny");
 #endif
   for (const auto& c : candidates) {
     std::error_code ec;

@@ -156,8 +156,9 @@ class Assistant {
   Assistant(const Assistant&) = delete;
   Assistant& operator=(const Assistant&) = delete;
 
-  // The model shipped with Engram: $ENGRAM_MODEL_DIR, next to an install
-  // (<prefix>/share/engram/models/default), or the fixture of the source tree.
+  // The model shipped with Engram, engram-tiny (issue 5): $ENGRAM_MODEL_DIR, next to an install
+  // (<prefix>/share/engram/models/engram-tiny), or resources/models/engram-tiny of the source
+  // tree.
   static std::filesystem::path bundled_model_dir(const std::filesystem::path& executable_dir = {});
 
   // Replaces the loaded model (the open conversation keeps its text; its cache is rebuilt on the
