@@ -1,3 +1,6 @@
 # The bundled default model (resources/models/engram-tiny) through the normal loader, on the CPU.
 engram_add_test(test_bundled_model SOURCES test_bundled_model.cpp LIBS engram_env TORCH TIMEOUT 600)
 set_target_properties(test_bundled_model_obj PROPERTIES AUTOMOC ON)
+# ChatSession with the bundled model: the engram template end to end (quotes off, KV reused).
+engram_add_test(test_bundled_chat SOURCES test_bundled_chat.cpp TORCH TIMEOUT 300)
+set_target_properties(test_bundled_chat_obj PROPERTIES AUTOMOC ON)

@@ -1,9 +1,13 @@
 // Chat templates give the exact ids each family was trained on (Llama-2 as Meta's reference and
-// HF's template produce them, our plain format), ChatML uses single ids for <|im_start|>/<|im_end|>
-// when the vocabulary has them and text otherwise, detection reads the model folder, and the stop
-// string matcher never lets part of a stop string through, whatever the chunk boundaries.
+// HF's template produce them, our plain format, engram-tiny's corpus lines), ChatML uses single
+// ids for <|im_start|>/<|im_end|> when the vocabulary has them and text otherwise, detection reads
+// the model folder, the stop string matcher never lets part of a stop string through, whatever
+// the chunk boundaries, and neither does the reply delimiter stripper with engram's quotes.
 #include <QDir>
 #include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <QStandardPaths>
 #include <QTemporaryDir>
@@ -22,6 +26,8 @@ namespace {
 
 const QString kModels = QStringLiteral(ENGRAM_TEST_DATA "/models");
 const char* const kLlamaTokenizer = ENGRAM_TEST_DATA "/models/llama-gqa/tokenizer.model";
+// The bundled default model, trained on the corpus format that ChatTemplateKind::kEngram renders.
+const QString kEngramTiny = QStringLiteral(ENGRAM_TEST_DATA "/../../resources/models/engram-tiny");
 
 const std::vector<ChatMessage> kConversation = {
     {"system", "You are terse."},
@@ -58,6 +64,27 @@ std::string feed(StopStringMatcher& matcher, const std::vector<std::string>& chu
   return shown + matcher.finish();
 }
 
+std::string strip_delimiters(const ReplyDelimiters& delimiters,
+                             const std::vector<std::string>& chunks) {
+  ReplyDelimiterStripper stripper(delimiters);
+  std::string shown;
+  for (const auto& chunk : chunks)
+    shown += stripper.push(chunk);
+  return shown + stripper.finish();
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// The corpus's first exchange of a conversation, as env::chat_examples writes it.
+const std::vector<ChatMessage> kLasagna = {
+    {"user", "I made lasagna for dinner tonight."},
+    {"assistant", "Lasagna sounds delicious. Did it turn out well?"},
+    {"user", "It did, thanks!"},
+};
+
 }  // namespace
 
 class TestChatTemplate : public QObject {
@@ -65,9 +92,13 @@ class TestChatTemplate : public QObject {
 
  private:
   std::unique_ptr<Tokenizer> llama_;
+  std::unique_ptr<Tokenizer> engram_;
 
  private Q_SLOTS:
-  void initTestCase() { llama_ = Tokenizer::load(kLlamaTokenizer); }
+  void initTestCase() {
+    llama_ = Tokenizer::load(kLlamaTokenizer);
+    engram_ = Tokenizer::load((kEngramTiny + QStringLiteral("/tokenizer.model")).toStdString());
+  }
 
   void llama2SystemAndTwoTurnsGiveExactIds() {
     // <s> ▁[INST] ▁<<SYS>> \n You are terse. \n <</SYS>> \n \n Hi ▁[/INST] ▁Hello. ▁ </s>
@@ -200,6 +231,176 @@ class TestChatTemplate : public QObject {
     QCOMPARE(ChatTemplate::detect(dir.path().toStdString(), *tokenizer), ChatTemplateKind::kChatML);
   }
 
+  void engramRendersTheCorpusLines() {
+    const ChatTemplate engram(ChatTemplateKind::kEngram);
+    QCOMPARE(engram.render_text(kConversation, true),
+             std::string("<s>You are terse.\nSession 1 (February 11, 2024)\nUser said, \"Hi\"\n"
+                         "Assistant said, \"Hello.\"\nUser said, \"Bye\"\nAssistant said,"));
+    QCOMPARE(engram.render_text({}, false), std::string("<s>Session 1 (February 11, 2024)\n"));
+    QCOMPARE(engram.render_text({{"user", "Hi"}}, false),
+             std::string("<s>Session 1 (February 11, 2024)\nUser said, \"Hi\"\n"));
+    QVERIFY_EXCEPTION_THROWN(engram.encode(*engram_, {{"tool", "a"}}, true), std::invalid_argument);
+  }
+
+  void engramEncodeIsBosPlusOneCallOnTheRenderedText() {
+    // The training prompt: BOS + SentencePiece(history + "Assistant said,") in one call.
+    const std::string prompt =
+        "Session 1 (February 11, 2024)\n"
+        "User said, \"I made lasagna for dinner tonight.\"\n"
+        "Assistant said, \"Lasagna sounds delicious. Did it turn out well?\"\n"
+        "User said, \"It did, thanks!\"\n"
+        "Assistant said,";
+    const ChatTemplate engram(ChatTemplateKind::kEngram);
+    QCOMPARE(engram_->bos_id(), 1);
+    COMPARE_IDS(engram.encode(*engram_, kLasagna, true),
+                concat({engram_->bos_id()}, engram_->encode(prompt)));
+    QCOMPARE(engram.render_text(kLasagna, true), "<s>" + prompt);
+    // No EOS between turns: the history without the generation prompt is a prefix of it.
+    const auto without = engram.encode(*engram_, kLasagna, false);
+    const auto with = engram.encode(*engram_, kLasagna, true);
+    QVERIFY(std::equal(without.begin(), without.end(), with.begin()));
+    QCOMPARE(engram_->decode({with.begin() + without.size(), with.end()}),
+             std::string("Assistant said,"));
+  }
+
+  void engramReplyRendersBackToTheIdsTheModelWrites() {
+    // The model was trained to write SentencePiece("\"reply\"") (its own call) + EOS after the
+    // prompt; the reply kept without its quotes and rendered into the history must give back
+    // those ids, so that the next turn reuses their KV.
+    const ChatTemplate engram(ChatTemplateKind::kEngram);
+    const std::vector<ChatMessage> asked(kLasagna.begin(), kLasagna.begin() + 1);
+    const std::vector<ChatMessage> answered(kLasagna.begin(), kLasagna.begin() + 2);
+    const auto written = concat(engram.encode(*engram_, asked, true),
+                                engram_->encode("\"" + kLasagna[1].content + "\""));
+    const auto rendered = engram.encode(*engram_, answered, false);
+    QVERIFY2(
+        rendered.size() > written.size() &&
+            std::equal(written.begin(), written.end(), rendered.begin()),
+        qPrintable(QStringLiteral("written  %1\nrendered %2").arg(toQ(written), toQ(rendered))));
+    QCOMPARE(engram_->decode({rendered.begin() + written.size(), rendered.end()}),
+             std::string("\n"));
+  }
+
+  void engramFolderTemplateRendersTheSameText() {
+    // resources/models/engram-tiny/tokenizer_config.json's Jinja chat_template, rendered the way
+    // transformers renders it, gives the text of ChatTemplateKind::kEngram.
+    const QString python = QStandardPaths::findExecutable(QStringLiteral("python3"));
+    if (python.isEmpty()) QSKIP("python3 is not installed");
+    const std::vector<std::pair<std::vector<ChatMessage>, bool>> cases = {
+        {{}, false}, {{{"user", "Hi"}}, true}, {kConversation, true}, {kLasagna, false}};
+    QJsonArray input;
+    for (const auto& [messages, generation_prompt] : cases) {
+      QJsonArray list;
+      for (const auto& m : messages) {
+        list.append(QJsonObject{{QStringLiteral("role"), QString::fromStdString(m.role)},
+                                {QStringLiteral("content"), QString::fromStdString(m.content)}});
+      }
+      input.append(QJsonObject{{QStringLiteral("messages"), list},
+                               {QStringLiteral("add_generation_prompt"), generation_prompt}});
+    }
+    const QString script = QStringLiteral(R"(
+import json, sys
+try:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+except ImportError:
+    sys.exit(77)
+config = json.load(open(sys.argv[1]))
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+template = env.from_string(config["chat_template"])
+json.dump([template.render(messages=c["messages"], add_generation_prompt=c["add_generation_prompt"],
+                           bos_token=config["bos_token"], eos_token=config["eos_token"])
+           for c in json.load(sys.stdin)], sys.stdout)
+)");
+    QProcess render;
+    render.start(python, {QStringLiteral("-c"), script,
+                          kEngramTiny + QStringLiteral("/tokenizer_config.json")});
+    QVERIFY(render.waitForStarted());
+    render.write(QJsonDocument(input).toJson());
+    render.closeWriteChannel();
+    QVERIFY(render.waitForFinished(30000));
+    if (render.exitCode() == 77) QSKIP("python3 has no jinja2");
+    QVERIFY2(render.exitCode() == 0, render.readAllStandardError().constData());
+    const QJsonArray rendered = QJsonDocument::fromJson(render.readAllStandardOutput()).array();
+    QCOMPARE(rendered.size(), qsizetype(cases.size()));
+    const ChatTemplate engram(ChatTemplateKind::kEngram);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      QCOMPARE(rendered[static_cast<qsizetype>(i)].toString().toStdString(),
+               engram.render_text(cases[i].first, cases[i].second));
+    }
+  }
+
+  void detectFindsTheEngramTemplate() {
+    QCOMPARE(ChatTemplate::detect(kEngramTiny.toStdString(), *engram_), ChatTemplateKind::kEngram);
+    // Its tokenizer_config.json names the pieces the tokenizer really has.
+    QFile file(kEngramTiny + QStringLiteral("/tokenizer_config.json"));
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QJsonObject config = QJsonDocument::fromJson(file.readAll()).object();
+    QCOMPARE(config[QStringLiteral("bos_token")].toString().toStdString(),
+             engram_->id_to_piece(engram_->bos_id()));
+    QCOMPARE(config[QStringLiteral("eos_token")].toString().toStdString(),
+             engram_->id_to_piece(engram_->eos_id()));
+
+    QTemporaryDir dir;
+    writeFile(dir.filePath(QStringLiteral("tokenizer_config.json")),
+              R"({"chat_template": "{% for m in messages %}{{ 'User said, \"' }}{% endfor %}"})");
+    QCOMPARE(ChatTemplate::detect(dir.path().toStdString(), *llama_), ChatTemplateKind::kEngram);
+  }
+
+  void engramRepliesEndAtTheLineAndLoseTheirQuotes() {
+    const ChatTemplate engram(ChatTemplateKind::kEngram);
+    QCOMPARE(engram.stop_strings(), std::vector<std::string>({"\n"}));
+    QCOMPARE(engram.reply_delimiters().open, std::string("\""));
+    QCOMPARE(engram.reply_delimiters().close, std::string("\""));
+    for (const auto kind :
+         {ChatTemplateKind::kLlama2, ChatTemplateKind::kChatML, ChatTemplateKind::kPlain}) {
+      const ReplyDelimiters none = ChatTemplate(kind).reply_delimiters();
+      QVERIFY(none.open.empty() && none.close.empty());
+    }
+  }
+
+  void replyQuotesAreNeverShownWhileStreaming() {
+    const ReplyDelimiters quotes{"\"", "\""};
+    const std::string reply = "\"Lasagna sounds delicious. Did it turn out well?\"";
+    ReplyDelimiterStripper stripper(quotes);
+    std::string shown;
+    for (const char c : reply) {
+      const std::string chunk = stripper.push(std::string(1, c));
+      QVERIFY2(chunk.find('"') == std::string::npos, chunk.c_str());
+      shown += chunk;
+    }
+    QCOMPARE(shown, std::string("Lasagna sounds delicious. Did it turn out well?"));
+    QCOMPARE(stripper.finish(), std::string());
+    // As the session streams it: one chunk per token.
+    QCOMPARE(strip_delimiters(quotes, {"\"", "Lasagna", " sounds", " good", ".\""}),
+             std::string("Lasagna sounds good."));
+  }
+
+  void replyDelimitersComeOffOnlyWhereTheyAre() {
+    const ReplyDelimiters quotes{"\"", "\""};
+    // Quotes inside the reply are its own.
+    QCOMPARE(strip_delimiters(quotes, {"\"She said \"", "hi\" to", " me\""}),
+             std::string("She said \"hi\" to me"));
+    // A reply cut short (length limit, stop string) keeps what it has.
+    QCOMPARE(strip_delimiters(quotes, {"\"Unfinished"}), std::string("Unfinished"));
+    QCOMPARE(strip_delimiters(quotes, {"No quotes"}), std::string("No quotes"));
+    QCOMPARE(strip_delimiters(quotes, {"\""}), std::string());
+    QCOMPARE(strip_delimiters(quotes, {}), std::string());
+    QCOMPARE(strip_delimiters(quotes, {"\"\""}), std::string());
+    // Longer delimiters are held piece by piece.
+    const ReplyDelimiters angles{"<<", ">>"};
+    ReplyDelimiterStripper stripper(angles);
+    QCOMPARE(stripper.push("<"), std::string());
+    QCOMPARE(stripper.push("<x>"), std::string("x"));
+    QCOMPARE(stripper.push("y>"), std::string(">y"));
+    QCOMPARE(stripper.push(">"), std::string());
+    QCOMPARE(stripper.finish(), std::string());
+    QCOMPARE(strip_delimiters(angles, {"<a"}), std::string("<a"));
+    // Templates without delimiters pass every chunk straight through.
+    ReplyDelimiterStripper none(ReplyDelimiters{});
+    QCOMPARE(none.push("\"as is\""), std::string("\"as is\""));
+    QCOMPARE(none.finish(), std::string());
+  }
+
   void detectReadsTheModelFolder() {
     // llama-gqa: config.json says llama, the vocabulary has 32000 pieces, no tokenizer_config.json.
     QCOMPARE(ChatTemplate::detect((kModels + QStringLiteral("/llama-gqa")).toStdString(), *llama_),
@@ -241,7 +442,9 @@ class TestChatTemplate : public QObject {
     QCOMPARE(parse_chat_template_kind("llama2"), ChatTemplateKind::kLlama2);
     QCOMPARE(parse_chat_template_kind("chatml"), ChatTemplateKind::kChatML);
     QCOMPARE(parse_chat_template_kind("plain"), ChatTemplateKind::kPlain);
+    QCOMPARE(parse_chat_template_kind("engram"), ChatTemplateKind::kEngram);
     QCOMPARE(chat_template_kind_name(ChatTemplateKind::kChatML), std::string_view("chatml"));
+    QCOMPARE(chat_template_kind_name(ChatTemplateKind::kEngram), std::string_view("engram"));
     QVERIFY_EXCEPTION_THROWN(parse_chat_template_kind("vicuna"), std::invalid_argument);
   }
 

@@ -129,14 +129,19 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
 
   ChatReply reply;
   reply.reused_tokens = static_cast<int64_t>(common);
+  // ids -> text -> text before any stop string -> the reply without the format's delimiters
+  // (engram's quotes), which is what the view shows and the history keeps.
   TokenStream stream(tok);
   StopStringMatcher stops(tmpl.stop_strings());
+  ReplyDelimiterStripper delimiters(tmpl.reply_delimiters());
   bool stopped = false;
-  auto emit = [&](const std::string& piece) {
-    if (piece.empty() || stopped) return;
-    const std::string text = stops.push(piece);
+  auto show = [&](const std::string& text) {
     reply.text += text;
     if (on_text && !text.empty()) on_text(text);
+  };
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty() || stopped) return;
+    show(delimiters.push(stops.push(piece)));
     if (stops.stopped()) stopped = true;
   };
   const std::vector<int64_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(common),
@@ -147,11 +152,8 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
         return !stopped;
       });
   emit(stream.finish());
-  if (!stopped) {
-    const std::string rest = stops.finish();
-    reply.text += rest;
-    if (on_text && !rest.empty()) on_text(rest);
-  }
+  if (!stopped) show(delimiters.push(stops.finish()));
+  show(delimiters.finish());
   // The cache now holds the prompt and the generated tokens that were fed back.
   cached_ids_ = prompt;
   const int64_t fed = cache_->lengths()[0] - static_cast<int64_t>(prompt.size());

@@ -2,7 +2,7 @@
 // so a new turn prefills only its own tokens (the cached ids are compared with the newly
 // rendered prompt and the cache is cut back to the common prefix: regenerate and edits work
 // the same way). Replies stream as text that never splits a UTF-8 character or shows a partial
-// stop string.
+// stop string; the template's reply delimiters (engram's quotes) are neither shown nor kept.
 #pragma once
 
 #include <atomic>

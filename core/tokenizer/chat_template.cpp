@@ -14,12 +14,21 @@
 //
 // Plain: our own format for small models without chat tokens. Each reply ends "\n\n" + EOS, so
 // every turn after BOS or EOS starts with the same "▁###" piece.
+//
+// Engram: the chat records of Engram's conversation corpus (env::chat_examples), on which
+// engram-tiny was trained as BOS + SentencePiece(history + "Assistant said,") +
+// SentencePiece("\"reply\"") + EOS. The whole conversation after BOS is one text run, as the
+// training prompt was one call: no EOS between turns (the corpus histories have none), and the
+// dummy "▁" of the reply's own call is the space that "Assistant said, \"" has in the history, so
+// a reply re-rendered inside the history gives the ids the model generated ("▁\"" starts both).
 #include "core/tokenizer/chat_template.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "core/model/model_error.h"
 #include "core/tokenizer/tokenizer.h"
@@ -30,6 +39,16 @@ namespace {
 
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
+
+// Every history in the corpus starts with a dated session header (env::session_header), and
+// without one engram-tiny answers noise (measured, greedy: "I made lasagna for dinner tonight."
+// gets "trip sounds frustrating. Did it ends." without it, "Lasagna sounds delicious. Did it turn
+// out well?" with it). A fixed date keeps the rendering a function of the messages alone, so a
+// conversation restored on another day renders to the ids its stored KV was computed for.
+constexpr std::string_view kEngramSessionHeader = "Session 1 (February 11, 2024)\n";
+constexpr std::string_view kEngramQuote = "\"";
+// Detection: the utterance lines of the template source, e.g. `'User said, "' + content`.
+constexpr std::string_view kEngramMarker = "said, \"";
 
 // One piece of a rendered conversation: text to encode, BOS/EOS, or a named special piece that is
 // a single id when the vocabulary has it and text otherwise.
@@ -152,6 +171,41 @@ std::vector<Part> plain_parts(const std::vector<ChatMessage>& messages,
   return parts;
 }
 
+std::vector<Part> engram_parts(const std::vector<ChatMessage>& messages,
+                               bool add_generation_prompt) {
+  std::string text;
+  bool header_written = false;
+  auto open_session = [&] {
+    if (!header_written) text += kEngramSessionHeader;
+    header_written = true;
+  };
+  for (const auto& message : messages) {
+    switch (role_of(message)) {
+      case Role::kSystem:
+        // The corpus has no system turns, so engram-tiny cannot follow an instruction; the
+        // message is still shown to it as a line of its own (dropping it would hide from the
+        // caller that it has no effect), above the session header so that the header stays
+        // right before the turns as in every training history. Measured: "You are terse." above
+        // the header leaves the reply to the lasagna line unchanged.
+        text += message.content + "\n";
+        break;
+      case Role::kUser:
+        open_session();
+        text += "User said, " + std::string(kEngramQuote) + message.content +
+                std::string(kEngramQuote) + "\n";
+        break;
+      case Role::kAssistant:
+        open_session();
+        text += "Assistant said, " + std::string(kEngramQuote) + message.content +
+                std::string(kEngramQuote) + "\n";
+        break;
+    }
+  }
+  open_session();
+  if (add_generation_prompt) text += "Assistant said,";
+  return {bos_part(), text_part(std::move(text))};
+}
+
 std::vector<Part> parts_for(ChatTemplateKind kind, const std::vector<ChatMessage>& messages,
                             bool add_generation_prompt) {
   switch (kind) {
@@ -161,6 +215,8 @@ std::vector<Part> parts_for(ChatTemplateKind kind, const std::vector<ChatMessage
       return chatml_parts(messages, add_generation_prompt);
     case ChatTemplateKind::kPlain:
       return plain_parts(messages, add_generation_prompt);
+    case ChatTemplateKind::kEngram:
+      return engram_parts(messages, add_generation_prompt);
   }
   throw std::logic_error("unknown ChatTemplateKind");
 }
@@ -204,8 +260,9 @@ ChatTemplateKind parse_chat_template_kind(std::string_view name) {
   if (name == "llama2") return ChatTemplateKind::kLlama2;
   if (name == "chatml") return ChatTemplateKind::kChatML;
   if (name == "plain") return ChatTemplateKind::kPlain;
+  if (name == "engram") return ChatTemplateKind::kEngram;
   throw std::invalid_argument("chat template '" + std::string(name) +
-                              "' is not one of llama2, chatml, plain");
+                              "' is not one of llama2, chatml, plain, engram");
 }
 
 std::string_view chat_template_kind_name(ChatTemplateKind kind) {
@@ -216,8 +273,41 @@ std::string_view chat_template_kind_name(ChatTemplateKind kind) {
       return "chatml";
     case ChatTemplateKind::kPlain:
       return "plain";
+    case ChatTemplateKind::kEngram:
+      return "engram";
   }
   return "unknown";
+}
+
+ReplyDelimiterStripper::ReplyDelimiterStripper(ReplyDelimiters delimiters)
+    : delimiters_(std::move(delimiters)) {}
+
+std::string ReplyDelimiterStripper::push(std::string_view chunk) {
+  held_ += chunk;
+  const std::string& open = delimiters_.open;
+  if (!past_open_) {
+    if (held_.size() < open.size() && open.starts_with(held_)) return {};
+    past_open_ = true;
+    if (held_.starts_with(open)) held_.erase(0, open.size());
+  }
+  // Hold the longest tail that is a start of `close`.
+  const std::string& close = delimiters_.close;
+  size_t keep = std::min(close.size(), held_.size());
+  while (keep > 0 && close.compare(0, keep, held_, held_.size() - keep, keep) != 0)
+    --keep;
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+std::string ReplyDelimiterStripper::finish() {
+  if (!past_open_) {
+    // A reply shorter than `open` that is a start of it: there is no reply text.
+    past_open_ = true;
+    held_.clear();
+  }
+  if (!delimiters_.close.empty() && held_ == delimiters_.close) held_.clear();
+  return std::exchange(held_, {});
 }
 
 std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
@@ -275,6 +365,17 @@ std::vector<std::string> ChatTemplate::stop_strings() const {
       return {std::string(kImEnd), std::string(kImStart)};
     case ChatTemplateKind::kPlain:
       return {"### User:", "### System:"};
+    case ChatTemplateKind::kEngram:
+      // Every utterance in the corpus is one line; a newline means the model has gone on past
+      // its closing quote into the next line of the history.
+      return {"\n"};
+  }
+  return {};
+}
+
+ReplyDelimiters ChatTemplate::reply_delimiters() const {
+  if (kind_ == ChatTemplateKind::kEngram) {
+    return {std::string(kEngramQuote), std::string(kEngramQuote)};
   }
   return {};
 }
@@ -285,6 +386,7 @@ ChatTemplateKind ChatTemplate::detect(const std::filesystem::path& model_dir,
     const std::string source = chat_template_source(*config);
     if (source.find(kImStart) != std::string::npos) return ChatTemplateKind::kChatML;
     if (source.find("[INST]") != std::string::npos) return ChatTemplateKind::kLlama2;
+    if (source.find(kEngramMarker) != std::string::npos) return ChatTemplateKind::kEngram;
   }
   if (tokenizer.piece_to_id(kImStart) >= 0) return ChatTemplateKind::kChatML;
   if (const auto config = read_json(model_dir / "config.json")) {

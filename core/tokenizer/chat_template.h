@@ -1,6 +1,8 @@
 // Chat templates: a conversation to the exact token ids a model family was trained on. Special
 // tokens (BOS/EOS, ChatML's <|im_start|>/<|im_end|> when the vocabulary has them) are inserted as
-// ids, never spelled as text, so that user text containing "<s>" cannot forge one.
+// ids, never spelled as text, so that user text containing "<s>" cannot forge one. A template may
+// also wrap each reply in delimiters of its format (engram's quotes): the model writes them, the
+// reply shown and kept in the history goes without them, and rendering puts them back.
 #pragma once
 
 #include <cstdint>
@@ -22,11 +24,38 @@ enum class ChatTemplateKind {
   kLlama2,  // <s>[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user} [/INST] {assistant} </s>
   kChatML,  // <|im_start|>{role}\n{content}<|im_end|>\n
   kPlain,   // <s>### System:\n{..}\n\n### User:\n{..}\n\n### Assistant:\n{..}\n\n</s>
+  // <s>Session 1 (February 11, 2024)\nUser said, "{user}"\nAssistant said, "{assistant}"\n:
+  // Engram's conversation corpus (core/env/conversation_format.h), what engram-tiny learned.
+  kEngram,
 };
 
-// "llama2", "chatml" or "plain"; throws std::invalid_argument otherwise.
+// "llama2", "chatml", "plain" or "engram"; throws std::invalid_argument otherwise.
 ChatTemplateKind parse_chat_template_kind(std::string_view name);
 std::string_view chat_template_kind_name(ChatTemplateKind kind);
+
+// Text that a template's format puts around every reply, written by the model but not part of
+// what it says: engram-tiny answers `"reply"` + EOS. Empty for templates without any.
+struct ReplyDelimiters {
+  std::string open;   // taken off the reply's start when the reply starts with it
+  std::string close;  // taken off the reply's end when the reply ends with it
+};
+
+// Streams a reply without its delimiters, so that a view never shows them even for a moment:
+// the start is held until it is known whether it is `open`, and a tail that could be `close` is
+// held until more text follows it (then it was part of the reply) or the reply ends.
+class ReplyDelimiterStripper {
+ public:
+  explicit ReplyDelimiterStripper(ReplyDelimiters delimiters);
+  // Text that is safe to show now.
+  std::string push(std::string_view chunk);
+  // The held tail, less `close` when the reply ended with it. Call once, when the reply ends.
+  std::string finish();
+
+ private:
+  ReplyDelimiters delimiters_;
+  std::string held_;
+  bool past_open_ = false;  // the start has been seen and `open`, if there, taken off
+};
 
 class ChatTemplate {
  public:
@@ -43,9 +72,13 @@ class ChatTemplate {
                           bool add_generation_prompt) const;
   // Strings that end a reply besides EOS.
   std::vector<std::string> stop_strings() const;
+  // What the model writes around a reply (see ReplyDelimiters). A reply recorded without them
+  // renders back to the ids the model generated, so the next turn reuses their KV.
+  ReplyDelimiters reply_delimiters() const;
 
-  // From the model folder: tokenizer_config.json's chat_template, then the vocabulary, then
-  // config.json's model_type; kPlain when nothing matches. Throws ModelError for unreadable JSON.
+  // From the model folder: tokenizer_config.json's chat_template (ChatML, Llama-2 or engram's
+  // `said, "` lines), then the vocabulary, then config.json's model_type; kPlain when nothing
+  // matches. Throws ModelError for unreadable JSON.
   static ChatTemplateKind detect(const std::filesystem::path& model_dir,
                                  const Tokenizer& tokenizer);
 
