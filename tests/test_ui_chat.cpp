@@ -21,6 +21,7 @@
 #include "ui/memory_inspector.h"
 #include "ui/model_bar.h"
 #include "ui/timeline_panel.h"
+#include "ui_window_ready.h"
 
 #include <QComboBox>
 #include <algorithm>
@@ -29,7 +30,6 @@ using engram::ui::MainWindow;
 using engram::ui::MainWindowOptions;
 
 namespace {
-constexpr int kModelTimeoutMs = 120000;
 constexpr int kReplyTimeoutMs = 120000;
 }  // namespace
 
@@ -43,20 +43,7 @@ class UiChatTest : public QObject {
     o.profile_dir = dir_.filePath(QStringLiteral("profile"));
     o.settings_file = dir_.filePath(QStringLiteral("settings.ini"));
     auto w = std::make_unique<MainWindow>(o);
-    QSignalSpy listed(w.get(), &MainWindow::conversationsRefreshed);
-    QSignalSpy shown(w.get(), &MainWindow::conversationShown);
-    w->show();
-    QElapsedTimer clock;
-    clock.start();
-    while (!w->model_loaded() && w->error_text().isEmpty() && clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
-    // The first listing reopens the last conversation (when there is one): let that land first,
-    // so what a test does next is not overtaken by it.
-    while (listed.isEmpty() && clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
-    while (w->conversations()->count() > 0 && shown.isEmpty() && w->error_text().isEmpty() &&
-           clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
+    engram::ui_test::show_and_wait_ready(*w);
     engram::AssistantSampling s;
     s.temperature = 0;  // greedy: the same answer every run
     s.max_new_tokens = 48;

@@ -21,6 +21,7 @@
 #include "ui/conversation_list.h"
 #include "ui/main_window.h"
 #include "ui/memory_inspector.h"
+#include "ui_window_ready.h"
 
 using engram::MemoryLocation;
 using engram::MemorySnapshot;
@@ -30,7 +31,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kModelTimeoutMs = 120000;
 constexpr int kReplyTimeoutMs = 120000;
 
 // The session blobs of a conversation as the store's index lists them (the unit kinds of
@@ -110,18 +110,7 @@ class UiRestoreTest : public QObject {
             });
     connect(w.get(), &MainWindow::memoryRestored, window,
             [this](const engram::MemoryRestore& r) { restores_.push_back(r); });
-    QSignalSpy listed(w.get(), &MainWindow::conversationsRefreshed);
-    QSignalSpy opened(w.get(), &MainWindow::conversationShown);
-    w->show();
-    QElapsedTimer clock;
-    clock.start();
-    while (!w->model_loaded() && w->error_text().isEmpty() && clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
-    while (listed.isEmpty() && clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
-    while (w->conversations()->count() > 0 && opened.isEmpty() && w->error_text().isEmpty() &&
-           clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
+    engram::ui_test::show_and_wait_ready(*w);
     engram::AssistantSampling s;
     s.temperature = 0;
     s.max_new_tokens = 24;

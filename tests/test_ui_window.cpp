@@ -38,6 +38,7 @@
 #include "ui/message_input.h"
 #include "ui/model_bar.h"
 #include "ui/timeline_panel.h"
+#include "ui_window_ready.h"
 
 using engram::ui::MainWindow;
 using engram::ui::MainWindowOptions;
@@ -45,7 +46,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kModelTimeoutMs = 120000;
+using engram::ui_test::kModelTimeoutMs;
 constexpr int kReplyTimeoutMs = 120000;
 
 std::vector<int64_t> overflow_pages(const fs::path& file, const char* table) {
@@ -86,20 +87,7 @@ class UiWindowTest : public QObject {
     o.profile_dir = profile(name);
     o.settings_file = profile(name + QStringLiteral(".ini"));
     auto w = std::make_unique<MainWindow>(o);
-    QSignalSpy listed(w.get(), &MainWindow::conversationsRefreshed);
-    QSignalSpy shown(w.get(), &MainWindow::conversationShown);
-    w->show();
-    QElapsedTimer clock;
-    clock.start();
-    while (!w->model_loaded() && w->error_text().isEmpty() && clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
-    // The first listing reopens the last conversation (when there is one): let that land first,
-    // so what a test does next is not overtaken by it.
-    while (listed.isEmpty() && clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
-    while (w->conversations()->count() > 0 && shown.isEmpty() && w->error_text().isEmpty() &&
-           clock.elapsed() < kModelTimeoutMs)
-      QTest::qWait(10);
+    engram::ui_test::show_and_wait_ready(*w);
     if (greedy) {
       engram::AssistantSampling s;
       s.temperature = 0;
