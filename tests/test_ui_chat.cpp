@@ -21,7 +21,7 @@
 #include "ui/memory_inspector.h"
 #include "ui/model_bar.h"
 #include "ui/timeline_panel.h"
-#include "ui_window_ready.h"
+#include "ui_test_support.h"
 
 #include <QComboBox>
 #include <algorithm>
@@ -69,19 +69,12 @@ class UiChatTest : public QObject {
     QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
     QSignalSpy done(w.get(), &MainWindow::replyDone);
     // Watch the answer grow while the worker generates.
-    QStringList seen;
-    QTimer probe;
-    connect(&probe, &QTimer::timeout, [&] {
-      if (w->busy() && w->chat()->last()) {
-        const QString t = w->chat()->last()->text();
-        if (seen.isEmpty() || seen.back() != t) seen << t;
-      }
-    });
-    probe.start(1);
+    engram::ui_test::StreamedTexts streamed(*w);
+    const QStringList& seen = streamed.seen();
     w->sendText(QStringLiteral("Hello, who are you?"));
     QVERIFY(w->busy());
     QVERIFY(done.wait(kReplyTimeoutMs));
-    probe.stop();
+    streamed.stop();
     QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
     QCOMPARE(w->chat()->count(), 2);
     const QString answer = w->chat()->at(1)->text();

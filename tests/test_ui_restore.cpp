@@ -21,7 +21,7 @@
 #include "ui/conversation_list.h"
 #include "ui/main_window.h"
 #include "ui/memory_inspector.h"
-#include "ui_window_ready.h"
+#include "ui_test_support.h"
 
 using engram::MemoryLocation;
 using engram::MemorySnapshot;
@@ -177,18 +177,11 @@ class UiRestoreTest : public QObject {
     s.seed = 7;
     s.max_new_tokens = 48;
     w->set_sampling(s);
-    QStringList seen;
-    QTimer probe;
-    connect(&probe, &QTimer::timeout, [&] {
-      if (w->busy() && w->chat()->last()) {
-        const QString t = w->chat()->last()->text();
-        if (seen.isEmpty() || seen.back() != t) seen << t;
-      }
-    });
-    probe.start(1);
+    engram::ui_test::StreamedTexts streamed(*w);
+    const QStringList& seen = streamed.seen();
     w->sendText(QStringLiteral("And what about gardens?"));
     QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
-    probe.stop();
+    streamed.stop();
     QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
     QCOMPARE(w->chat()->count(), 6);
     const engram::ReplyStats& stats = w->chat()->last()->stats();

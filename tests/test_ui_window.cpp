@@ -38,7 +38,7 @@
 #include "ui/message_input.h"
 #include "ui/model_bar.h"
 #include "ui/timeline_panel.h"
-#include "ui_window_ready.h"
+#include "ui_test_support.h"
 
 using engram::ui::MainWindow;
 using engram::ui::MainWindowOptions;

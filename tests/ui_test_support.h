@@ -1,10 +1,14 @@
-// Shared by the UI suites: show a MainWindow and wait until it is ready for a test to act.
+// Shared by the UI suites: show a MainWindow and wait until it is ready for a test to act, and
+// watch an answer grow while the worker generates it.
 #pragma once
 
 #include <QElapsedTimer>
 #include <QSignalSpy>
+#include <QStringList>
+#include <QTimer>
 #include <QtTest>
 
+#include "ui/chat_view.h"
 #include "ui/conversation_list.h"
 #include "ui/main_window.h"
 
@@ -29,5 +33,26 @@ inline void show_and_wait_ready(ui::MainWindow& w) {
          clock.elapsed() < kModelTimeoutMs)
     QTest::qWait(10);
 }
+
+// Every distinct text of the last chat bubble while the window is busy, polled each millisecond
+// from construction on: a streamed answer shows several growing texts, a blocking one only one.
+class StreamedTexts {
+ public:
+  explicit StreamedTexts(ui::MainWindow& w) {
+    QObject::connect(&probe_, &QTimer::timeout, [this, &w] {
+      if (w.busy() && w.chat()->last()) {
+        const QString t = w.chat()->last()->text();
+        if (seen_.isEmpty() || seen_.back() != t) seen_ << t;
+      }
+    });
+    probe_.start(1);
+  }
+  const QStringList& seen() const { return seen_; }
+  void stop() { probe_.stop(); }
+
+ private:
+  QStringList seen_;
+  QTimer probe_;
+};
 
 }  // namespace engram::ui_test
