@@ -59,9 +59,7 @@ class UiChatTest : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    QVERIFY2(QFile::exists(QStringLiteral(ENGRAM_TEST_DATA "/models/llama-gqa/config.json")),
-             "fixture model missing");
-    qputenv("ENGRAM_MODEL_DIR", ENGRAM_TEST_DATA "/models/llama-gqa");
+    engram::ui_test::use_fixture_model();
   }
 
   void chatStreamsTokensAndStoresConversation() {

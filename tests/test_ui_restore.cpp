@@ -147,9 +147,7 @@ class UiRestoreTest : public QObject {
  private Q_SLOTS:
   void initTestCase() {
     QVERIFY(dir_.isValid());
-    QVERIFY2(QFile::exists(QStringLiteral(ENGRAM_TEST_DATA "/models/llama-gqa/config.json")),
-             "fixture model missing");
-    qputenv("ENGRAM_MODEL_DIR", ENGRAM_TEST_DATA "/models/llama-gqa");
+    engram::ui_test::use_fixture_model();
   }
 
   void answerAfterRestartReusesTheStoredTokens() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <QElapsedTimer>
+#include <QFile>
 #include <QSignalSpy>
 #include <QStringList>
 #include <QTimer>
@@ -15,6 +16,13 @@
 namespace engram::ui_test {
 
 inline constexpr int kModelTimeoutMs = 120000;
+
+// The UI suites run on the small CPU fixture, not the bundled model: replies in milliseconds.
+inline void use_fixture_model() {
+  QVERIFY2(QFile::exists(QStringLiteral(ENGRAM_TEST_DATA "/models/llama-gqa/config.json")),
+           "fixture model missing");
+  qputenv("ENGRAM_MODEL_DIR", ENGRAM_TEST_DATA "/models/llama-gqa");
+}
 
 // Shows the window and waits until its model has loaded (or failed, which the caller checks
 // through model_loaded()) and until the first listing and the reopening of the last conversation
