@@ -162,40 +162,77 @@ def batches(encoded, tokens_per_batch, rng):
     return out
 
 
-def collate(encoded, idx, device):
+def collate(encoded, idx, device, prompt_weight=None):
     """Right padding and no attention mask: with a causal mask no real token sees a pad, and
-    SDPA keeps its flash kernel (a padding mask would force the slower masked path)."""
+    SDPA keeps its flash kernel (a padding mask would force the slower masked path). Returns the
+    ids, the labels (-100 off the targets) and the loss weight of every position: 1 on targets,
+    prompt_weight[kind] on prompt tokens (language modelling on the history teaches the copy from
+    context that answers and actions need), 0 on padding and BOS."""
+    prompt_weight = prompt_weight or {}
     length = max(len(encoded[i][0]) for i in idx)
     ids = torch.zeros((len(idx), length), dtype=torch.long)
     labels = torch.full((len(idx), length), -100, dtype=torch.long)
+    weights = torch.zeros((len(idx), length), dtype=torch.float32)
     for r, i in enumerate(idx):
-        seq, mask, _ = encoded[i]
+        seq, mask, kind = encoded[i]
         seq_t = torch.tensor(seq)
         ids[r, :len(seq)] = seq_t
         # labels are shifted inside the model: label[j] is predicted at position j-1
         keep = torch.tensor(mask, dtype=torch.bool)
         labels[r, :len(seq)] = torch.where(keep, seq_t, torch.full_like(seq_t, -100))
-    return ids.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+        weights[r, :len(seq)] = torch.where(keep, torch.tensor(1.0),
+                                            torch.tensor(float(prompt_weight.get(kind, 0.0))))
+        weights[r, 0] = 0.0
+    return (ids.to(device, non_blocking=True), labels.to(device, non_blocking=True),
+            weights.to(device, non_blocking=True))
 
 
-def validation_loss(model, val, tokens_per_batch, device):
-    """Mean loss per target token, overall and per kind."""
-    sums, counts = {}, {}
+def weighted_loss(logits, ids, weights):
+    """Cross entropy of every next token, weighted (collate), normalised by the total weight."""
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
+        reduction="none")
+    w = weights[:, 1:].reshape(-1)
+    return (ce * w).sum() / w.sum().clamp_min(1e-6)
+
+
+def target_spans(mask):
+    """[start, end) of each run of target positions (an answer or action and its EOS)."""
+    spans, start = [], None
+    for j, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = j
+        elif not m and start is not None:
+            spans.append((start, j))
+            start = None
+    return spans
+
+
+def validation_metrics(model, val, tokens_per_batch, device):
+    """Per kind: mean loss per target token, and the share of targets (answers, actions, replies
+    with their EOS) whose every token is the argmax under teacher forcing: the exact match of
+    greedy decoding for the first target of a sequence, the expert agreement for an action."""
+    sums, counts, exact, spans_seen = {}, {}, {}, {}
     with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
         for b in batches(val, tokens_per_batch, random.Random(0)):
-            ids, labels = collate(val, b, device)
+            ids, labels, _ = collate(val, b, device)
             logits = model(input_ids=ids).logits.float()
             loss = torch.nn.functional.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                 ignore_index=-100, reduction="none").view(len(b), -1)
+            hit = (logits[:, :-1].argmax(-1) == ids[:, 1:]).cpu()
             for r, i in enumerate(b):
                 kind = val[i][2]
                 n = int((labels[r, 1:] != -100).sum())
                 sums[kind] = sums.get(kind, 0.0) + float(loss[r].sum())
                 counts[kind] = counts.get(kind, 0) + n
+                for start, end in target_spans(val[i][1]):
+                    exact[kind] = exact.get(kind, 0) + int(hit[r, start - 1:end - 1].all())
+                    spans_seen[kind] = spans_seen.get(kind, 0) + 1
     per_kind = {k: sums[k] / max(1, counts[k]) for k in sums}
     overall = sum(sums.values()) / max(1, sum(counts.values()))
-    return overall, per_kind
+    exact_by_kind = {k: exact[k] / spans_seen[k] for k in spans_seen}
+    return overall, per_kind, exact_by_kind
 
 
 def main():
@@ -215,6 +252,10 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--init", default="", help="start from this earlier run's folder")
     ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--prompt-weight", type=float, default=0.0,
+                    help="loss weight of the history tokens of QA and chat records (targets weigh 1)")
+    ap.add_argument("--embodied-prompt-weight", type=float, default=0.0,
+                    help="loss weight of embodied prompt tokens (memory, task, action history)")
     ap.add_argument("--limit", type=int, default=0, help="use only this many examples (smoke test)")
     args = ap.parse_args()
     t_start = time.time()
@@ -258,7 +299,11 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.1,
                             fused=True)
     # Exercise validation and saving now, so that a fault shows in seconds, not after the run.
-    validation_loss(model, val[:8], args.tokens_per_batch, device)
+    # A warm start measures where it starts from on the same validation records.
+    before = validation_metrics(model, val if args.init else val[:8], args.tokens_per_batch, device)
+    if args.init:
+        print(json.dumps({"validation_before": {"loss": before[0], "loss_by_kind": before[1],
+                                                "target_exact_by_kind": before[2]}}), flush=True)
     model.save_pretrained(os.path.join(args.out, "_check"), max_shard_size="15MB")
     for f in os.listdir(os.path.join(args.out, "_check")):
         os.remove(os.path.join(args.out, "_check", f))
@@ -267,6 +312,8 @@ def main():
     print(json.dumps({"examples": len(encoded), "dropped": dropped, "parameters": params,
                       "data_seconds": round(time.time() - t_start, 1)}), flush=True)
     budget = args.minutes * 60
+    prompt_weight = {"qa": args.prompt_weight, "chat": args.prompt_weight,
+                     "embodied": args.embodied_prompt_weight}
     warmup = args.warmup
     log = []
     step = 0
@@ -284,9 +331,9 @@ def main():
             lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
             for g in opt.param_groups:
                 g["lr"] = lr
-            ids, labels = collate(train, idx, device)
+            ids, _, weights = collate(train, idx, device, prompt_weight)
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(input_ids=ids, labels=labels).loss
+                loss = weighted_loss(model(input_ids=ids).logits, ids, weights)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -302,7 +349,8 @@ def main():
         epoch += 1
 
     model.eval()
-    val_loss, val_loss_by_kind = validation_loss(model, val, args.tokens_per_batch, device)
+    val_loss, val_loss_by_kind, val_exact_by_kind = validation_metrics(
+        model, val, args.tokens_per_batch, device)
     model.to(torch.bfloat16).save_pretrained(args.out, max_shard_size="15MB")
     with open(os.path.join(args.out, "generation_config.json"), "w") as f:
         json.dump({"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, f, indent=2)
@@ -314,7 +362,10 @@ def main():
             "seed": args.seed, "parameters": params, "examples": len(encoded),
             "examples_by_kind": kinds, "dropped_over_max_len": dropped,
             "steps": step, "epochs": epoch, "train_tokens": seen_tokens,
-            "validation_loss": val_loss, "validation_loss_by_kind": val_loss_by_kind, "data_seconds": round(t_data - t_start, 1),
+            "validation_loss": val_loss, "validation_loss_by_kind": val_loss_by_kind,
+            "validation_target_exact_by_kind": val_exact_by_kind,
+            "validation_before": ({"loss": before[0], "loss_by_kind": before[1],
+                                   "target_exact_by_kind": before[2]} if args.init else None), "data_seconds": round(t_data - t_start, 1),
             "train_seconds": round(time.time() - train_start, 1),
             "wall_seconds": round(time.time() - t_start, 1),
             "device": torch.cuda.get_device_name(0), "torch": torch.__version__,

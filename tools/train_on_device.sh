@@ -8,6 +8,12 @@
 # commands are in resources/models/engram-tiny/README.md.
 #   OUT=<dir> bash tools/train_on_device.sh 1 [minutes]
 #   OUT=<dir> INIT=<stage-1 folder> bash tools/train_on_device.sh 2 [minutes]
+#   OUT=<dir> INIT=<previous folder> DATA=<data folder> SEED=<n> \
+#       bash tools/train_on_device.sh continue [minutes]
+# "continue" is the later rounds (tools/make_training_data.sh writes their data): a warm start
+# with language-modelling loss on the histories too (--prompt-weight), which stages 1-2 lacked:
+# the loss on answers alone gave ~100 loss tokens per 3,000-token history and the model never
+# learned to copy a fact from it.
 # The trainer checks validation and saving before it trains, so a fault shows in seconds.
 set -euo pipefail
 OUT=${OUT:-/tmp/engram-tiny-out}
@@ -18,7 +24,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 case "$STAGE" in
   1) ARGS=(--data .device/data1 --seed 1) ;;
   2) ARGS=(--data .device/data2 --seed 2 --init "${INIT:?INIT=stage-1 folder}" --lr 1e-3 --warmup 50) ;;
-  *) echo "stage is 1 or 2" >&2; exit 2 ;;
+  continue) ARGS=(--data "${DATA:?DATA=data folder}" --seed "${SEED:?SEED=n}"
+               --init "${INIT:?INIT=previous folder}" --lr "${LR:-1e-3}" --warmup 50
+               --prompt-weight 0.1 --embodied-prompt-weight 0.02) ;;
+  *) echo "stage is 1, 2 or continue" >&2; exit 2 ;;
 esac
 PYTHONUNBUFFERED=1 python3 tools/train_engram_tiny.py "${ARGS[@]}" --out "$OUT" \
   --minutes "$MINUTES" 2>&1 | grep -v -i warning

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Writes one round of engram-tiny training data (for tools/train_on_device.sh continue), from
+# seeds, with the engram-cli of a build here:
+#   tools/make_training_data.sh OUT_DIR ROUND [build dir]
+# Round r uses conversation seeds 20,001 + 30,000 (r-3) .. (all below 1,000,000, the
+# evaluation's first seed) and embodied seeds 102,000 + 2,000 (r-3) .. (training seeds start
+# at 100,000; evaluation uses 1..N), so rounds never share a history or a house.
+#   long QA histories: 10,000 conversations of 2,000-4,000 tokens (the evaluation's range)
+#   short QA histories: 6,000 of 600-2,000 tokens (a copy is easier to discover in them)
+#   embodied: 1,500 sessions of 5 tasks with 10% detours (recovery from a wrong step)
+set -euo pipefail
+OUT=${1:?output folder}
+ROUND=${2:?round (3, 4, 5, ...)}
+CLI=${3:-build}/app/cli/engram-cli
+CONV=$((20001 + 30000 * (ROUND - 3)))
+EMB=$((102000 + 2000 * (ROUND - 3)))
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$OUT"
+"$CLI" export conversation --conversations 10000 --seed "$CONV" --chat-per-conversation 1 \
+  --questions-per-type 8 --out "$TMP/long.jsonl"
+"$CLI" export conversation --conversations 6000 --seed $((CONV + 10000)) --chat-per-conversation 1 \
+  --questions-per-type 8 --min-tokens 600 --max-tokens 2000 --out "$TMP/short.jsonl"
+python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/long.jsonl" "$OUT/qa_long.jsonl.xz" --max-per-type 6
+python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/short.jsonl" "$OUT/qa_short.jsonl.xz" --max-per-type 6
+"$CLI" export embodied --out "$TMP/embodied.jsonl" --sessions 1500 --seed "$EMB" --detours 0.1
+gzip -c "$TMP/embodied.jsonl" > "$OUT/embodied.jsonl.gz"
+ls -la "$OUT"
