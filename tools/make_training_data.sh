@@ -8,6 +8,10 @@
 #   long QA histories: 10,000 conversations of 2,000-4,000 tokens (the evaluation's range)
 #   short QA histories: 6,000 of 600-2,000 tokens (a copy is easier to discover in them)
 #   embodied: 1,500 sessions of 5 tasks with 10% detours (recovery from a wrong step)
+# With PHASE=tiny it writes a curriculum's first phase instead: 30,000 QA histories of 150-500
+# planned tokens (~600 in fact: every fact is kept), where the lookup of a fact is found
+# quickly, and 300 embodied sessions so that planning is not forgotten meanwhile
+# (conversation seeds 500,001 + 40,000 (r-3) .., embodied 150,000 + 1,000 (r-3) ..).
 set -euo pipefail
 OUT=${1:?output folder}
 ROUND=${2:?round (3, 4, 5, ...)}
@@ -17,6 +21,17 @@ EMB=$((102000 + 2000 * (ROUND - 3)))
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$OUT"
+if [ "${PHASE:-}" = tiny ]; then
+  CONV=$((500001 + 40000 * (ROUND - 3)))
+  EMB=$((150000 + 1000 * (ROUND - 3)))
+  "$CLI" export conversation --conversations 30000 --seed "$CONV" --chat-per-conversation 1 \
+    --questions-per-type 8 --min-tokens 150 --max-tokens 500 --out "$TMP/tiny.jsonl"
+  python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/tiny.jsonl" "$OUT/qa_tiny.jsonl.xz" --max-per-type 6
+  "$CLI" export embodied --out "$TMP/embodied.jsonl" --sessions 300 --seed "$EMB" --detours 0.1
+  gzip -c "$TMP/embodied.jsonl" > "$OUT/embodied.jsonl.gz"
+  ls -la "$OUT"
+  exit 0
+fi
 "$CLI" export conversation --conversations 10000 --seed "$CONV" --chat-per-conversation 1 \
   --questions-per-type 8 --out "$TMP/long.jsonl"
 "$CLI" export conversation --conversations 6000 --seed $((CONV + 10000)) --chat-per-conversation 1 \
