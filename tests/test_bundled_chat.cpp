@@ -50,7 +50,10 @@ class BundledChatTest : public QObject {
     qInfo("engram-tiny: %s (%s)", first.text.c_str(), first.generation.stop_reason.c_str());
     QVERIFY(!first.text.empty());
     QVERIFY2(first.text.find('"') == std::string::npos, first.text.c_str());
-    QCOMPARE(first.generation.stop_reason, std::string("eos"));
+    // The reply ends by itself: EOS after the closing quote, or the end of its line (the
+    // template's stop string: the history the model also learned goes on with a newline).
+    QVERIFY2(first.generation.stop_reason == "eos" || first.generation.stop_reason == "stop",
+             first.generation.stop_reason.c_str());
     std::string streamed;
     for (const auto& chunk : chunks) {
       QVERIFY2(chunk.find('"') == std::string::npos, chunk.c_str());

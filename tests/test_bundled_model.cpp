@@ -1,15 +1,18 @@
 // The bundled default model (resources/models/engram-tiny, issue 5): it is an ordinary Hugging
 // Face folder within the size limits, it loads through the normal loader on the CPU, and it does
 // the two jobs it was trained for end to end: it completes a held-out household task in closed
-// loop (model proposes, simulator executes) and answers a held-out conversation question. How
+// loop (model proposes, simulator executes), retrieves a fact from a held-out conversation and
+// abstains when the fact was never mentioned. How
 // often it succeeds is the evaluation's business (engram-cli eval, bench/results); these cases
 // were picked from held-out seeds it solves, so a broken loader, prompt contract or decoder
 // shows here in seconds.
 #include <QtTest>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "core/engine/line_completion.h"
 #include "core/engine/loaded_model.h"
@@ -76,23 +79,49 @@ class BundledModelTest : public QObject {
     QVERIFY2(session.records()[0].success, "the model did not complete the task");
   }
 
-  void answersAHeldOutQuestion() {
-    env::ConversationConfig config;
-    config.seed = env::kHeldOutSeedBase;
-    const env::Conversation c = env::generate_conversation(config);
-    const auto q = std::find_if(c.questions.begin(), c.questions.end(), [](const env::Question& q) {
-      return q.type == env::QuestionType::kUnanswerable;
-    });
-    QVERIFY(q != c.questions.end());
-    const std::string prompt = env::qa_history_prompt(c.utterances, 0, c.utterances.size()) +
-                               env::qa_question_suffix(q->question);
-    const LineCompletion answer = complete_line(*model_, prompt, 16);
+  // "unknown" when nothing was said: the history is in the prompt and nothing in it matches.
+  void abstainsOnAHeldOutUnanswerableQuestion() {
+    const env::Conversation c = held_out_conversation();
+    const env::Question& q = question(c, env::QuestionType::kUnanswerable, "");
+    const LineCompletion answer = answer_question(c, q);
     QVERIFY(answer.prompt_tokens > 1500);  // the whole history is in the prompt
     QCOMPARE(QString::fromStdString(env::normalize_answer(answer.text)),
-             QString::fromStdString(env::normalize_answer(q->answer)));
+             QString::fromStdString(env::normalize_answer(q.answer)));
+  }
+
+  // A fact that must be found in the history: the city the user moved to last, named once in a
+  // 2,700-token history among other cities (the earlier home is a distractor).
+  void retrievesAFactFromAHeldOutHistory() {
+    const env::Conversation c = held_out_conversation();
+    const env::Question& q =
+        question(c, env::QuestionType::kKnowledgeUpdate, "Which city does the user live in now?");
+    const LineCompletion answer = answer_question(c, q);
+    QCOMPARE(QString::fromStdString(env::normalize_answer(answer.text)),
+             QString::fromStdString(env::normalize_answer(q.answer)));
   }
 
  private:
+  static env::Conversation held_out_conversation() {
+    env::ConversationConfig config;
+    config.seed = env::kHeldOutSeedBase;
+    return env::generate_conversation(config);
+  }
+  // The first question of `type` (whose text is `text`, unless empty).
+  static const env::Question& question(const env::Conversation& c, env::QuestionType type,
+                                       const std::string& text) {
+    const auto q =
+        std::find_if(c.questions.begin(), c.questions.end(), [&](const env::Question& q) {
+          return q.type == type && (text.empty() || q.question == text);
+        });
+    if (q == c.questions.end()) throw std::runtime_error("held-out conversation lacks: " + text);
+    return *q;
+  }
+  LineCompletion answer_question(const env::Conversation& c, const env::Question& q) {
+    const std::string prompt = env::qa_history_prompt(c.utterances, 0, c.utterances.size()) +
+                               env::qa_question_suffix(q.question);
+    return complete_line(*model_, prompt, 16);
+  }
+
   std::unique_ptr<LoadedModel> model_;
 };
 
