@@ -6,6 +6,7 @@
 // often it succeeds is the evaluation's business (engram-cli eval, bench/results); these cases
 // were picked from held-out seeds it solves, so a broken loader, prompt contract or decoder
 // shows here in seconds.
+#include <QProcess>
 #include <QtTest>
 
 #include <algorithm>
@@ -19,8 +20,6 @@
 #include "core/env/conversation_format.h"
 #include "core/env/conversation_generator.h"
 #include "core/env/conversation_qa_metrics.h"
-#include "core/env/embodied_prompt.h"
-#include "core/env/household_session.h"
 
 using namespace engram;
 namespace fs = std::filesystem;
@@ -63,20 +62,19 @@ class BundledModelTest : public QObject {
              QStringLiteral("bfloat16"));
   }
 
-  void completesAHeldOutHouseholdTask() {
-    env::HouseholdSession session({kSolvedSessionSeed, /*task_count=*/1,
-                                   /*max_steps_per_task=*/60});
-    while (!session.finished()) {
-      const env::EmbodiedPrompt prompt = env::build_embodied_prompt(
-          session.memory(), *session.current_task(), session.task_actions());
-      const LineCompletion proposal = complete_line(*model_, prompt.text, 24);
-      std::string error;
-      const std::optional<env::Action> action = env::parse_action(proposal.text, &error);
-      QVERIFY2(action, (proposal.text + ": " + error).c_str());
-      session.step(*action);
-    }
-    QCOMPARE(session.records().size(), size_t{1});
-    QVERIFY2(session.records()[0].success, "the model did not complete the task");
+  // engram-cli sim --model: the model plans in closed loop through the same proposal code as
+  // eval embodied (app/cli/model_planner.h), and the terminal shows each step.
+  void completesAHeldOutHouseholdTaskInTheSimulator() {
+    QProcess sim;
+    sim.start(QStringLiteral(ENGRAM_BINARY_DIR "/app/cli/engram-cli"),
+              {"sim", "--model", QString::fromStdString(kModelDir.string()), "--seed",
+               QString::number(kSolvedSessionSeed), "--tasks", "1", "--max-steps", "60"});
+    sim.closeWriteChannel();  // the model plays; nothing is read from stdin
+    QVERIFY(sim.waitForFinished(120000));
+    const QString out = QString::fromUtf8(sim.readAllStandardOutput());
+    QVERIFY2(sim.exitCode() == 0, qPrintable(QString::fromUtf8(sim.readAllStandardError())));
+    QVERIFY2(out.contains("model> find "), qPrintable(out));
+    QVERIFY2(out.contains("session over: 1 of 1 tasks solved"), qPrintable(out.right(2000)));
   }
 
   // "unknown" when nothing was said: the history is in the prompt and nothing in it matches.

@@ -1,8 +1,7 @@
 // engram-cli eval embodied: the model as the planner of the household simulator, closed loop
 // (model proposes, simulator executes, memory updates), on held-out seeds. Prints and writes
 // JSON: success rate and subgoal success rate (overall and per task type), time to first token
-// per step. The prompt is the one the training export writes (core/env/embodied_prompt.h) and
-// the ids are those the trainer uses: BOS + encode(prompt), the model continues with the action.
+// per step. Each step is app/cli/model_planner.h's proposal.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,9 +11,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
-#include "core/engine/generator.h"
-#include "core/engine/line_completion.h"
-#include "core/env/embodied_prompt.h"
+#include "app/cli/model_planner.h"
 #include "core/env/expert_planner.h"
 #include "core/env/household_session.h"
 #include "core/model/model_error.h"
@@ -45,7 +42,6 @@ int run_eval_embodied(int argc, char** argv) {
   if (!model.tokenizer) {
     throw ModelError(args.str("model", ""), "eval needs tokenizer.model in the model folder");
   }
-  constexpr int64_t kMaxActionTokens = 24;  // the longest action is ~12 tokens
 
   std::map<std::string, TypeTally> by_type;
   std::vector<double> ttfts;
@@ -59,24 +55,15 @@ int run_eval_embodied(int argc, char** argv) {
     so.max_steps_per_task = static_cast<int>(args.integer("max-steps", 60));
     env::HouseholdSession session(so);
     while (!session.finished()) {
-      const env::EmbodiedPrompt prompt = env::build_embodied_prompt(
-          session.memory(), *session.current_task(), session.task_actions());
       // Agreement with the expert in the same state: the per-step skill behind the task rate
       // (a 15-step task needs it near 1).
       const std::optional<env::Action> expert =
           env::expert_next_action(session.world(), *session.current_task());
-      const LineCompletion proposal = complete_line(model, prompt.text, kMaxActionTokens);
-      const std::string& text = proposal.text;
+      const PlannerProposal proposal = propose_action(model, session);
       ttfts.push_back(proposal.time_to_first_token_ms);
-      std::string error;
-      std::optional<env::Action> action = env::parse_action(text, &error);
-      if (!action) {
-        ++invalid;
-        // An unparseable proposal still costs a step; the world refuses it and records why.
-        action = env::Action{env::Verb::kFind, "unparsed(" + text + ")", ""};
-      }
-      agreed += expert && *expert == *action;
-      session.step(*action);
+      invalid += proposal.parsed ? 0 : 1;
+      agreed += expert && *expert == proposal.action;
+      session.step(proposal.action);
       ++steps;
     }
     for (size_t i = 0; i < session.records().size(); ++i) {

@@ -1,19 +1,25 @@
-// engram-cli sim: one household session in the terminal; a person types the actions and sees
-// the observation, the memory segments that changed and the task progress (reads stdin, so a
-// script can pipe actions in). engram-cli export embodied: expert trajectories as JSON lines,
-// the training and evaluation data of the embodied world (core/env/embodied_export.h).
+// engram-cli sim: one household session in the terminal; a person types the actions (reads
+// stdin, so a script can pipe actions in), or with --model DIR the model plans in closed loop
+// (model proposes, simulator executes, memory updates); either way the terminal shows each
+// action's outcome, the memory segments that changed and the task progress. engram-cli export
+// embodied: expert trajectories as JSON lines, the training and evaluation data of the embodied
+// world (core/env/embodied_export.h).
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "app/cli/cli_args.h"
 #include "app/cli/commands.h"
+#include "app/cli/model_loading.h"
+#include "app/cli/model_planner.h"
 #include "core/env/embodied_export.h"
 #include "core/env/expert_planner.h"
 #include "core/env/household_session.h"
+#include "core/model/model_error.h"
 
 namespace engram::cli {
 namespace {
@@ -71,23 +77,61 @@ void print_summary(const HouseholdSession& session) {
               static_cast<long long>(session.step_count()));
 }
 
+// Executes one action and shows what happened: the outcome, the changed segments, the progress
+// or the end of the task.
+void play(HouseholdSession& session, const env::Action& action) {
+  const size_t task_before = session.current_index();
+  const env::StepOutcome out = session.step(action);
+  std::printf("%s%s\n", out.result.ok ? "" : "failed: ", out.result.message.c_str());
+  for (const MemorySegment& s : session.memory())
+    if (s.last_changed_step == session.step_count() && s.kind != "history") print_segment(s);
+  if (out.task_ended) {
+    const env::TaskRecord& r = session.records()[task_before];
+    std::printf("task %zu %s in %d steps\n", task_before + 1, r.success ? "done" : "failed",
+                r.steps);
+    // A later task can already hold when it starts; those are reported as done in 0 steps.
+    for (size_t i = task_before + 1; i < session.records().size(); ++i)
+      std::printf("task %zu was already done\n", i + 1);
+    print_task(session);
+  } else {
+    print_progress(session);
+  }
+}
+
 }  // namespace
 
 int run_sim(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"seed", "tasks", "max-steps"}, {});
+  auto with_value = model_flags_with_value();
+  with_value.insert({"seed", "tasks", "max-steps"});
+  const Args args(argc, argv, 2, with_value, {});
   const int64_t tasks = args.integer("tasks", 5);
   const int64_t max_steps = args.integer("max-steps", 60);
   if (tasks < 1) throw UsageError("--tasks must be at least 1");
   if (max_steps < 1) throw UsageError("--max-steps must be at least 1");
   const bool interactive = isatty(STDIN_FILENO);
+  std::unique_ptr<LoadedModel> model;
+  if (args.has("model")) {
+    model = std::make_unique<LoadedModel>(load_model_from_args(args, /*allow_shape=*/false));
+    if (!model->tokenizer)
+      throw ModelError(args.str("model", ""), "sim needs tokenizer.model in the model folder");
+  }
   HouseholdSession session({static_cast<uint64_t>(args.integer("seed", 0)), static_cast<int>(tasks),
                             static_cast<int>(max_steps)});
-  std::printf("household seed %lld, %zu tasks. Type 'help' for the actions.\n",
-              static_cast<long long>(args.integer("seed", 0)), session.tasks().size());
+  std::printf(
+      "household seed %lld, %zu tasks. %s\n", static_cast<long long>(args.integer("seed", 0)),
+      session.tasks().size(),
+      model ? ("The model " + model->name + " plans.").c_str() : "Type 'help' for the actions.");
   print_memory(session, false);
   print_task(session);
   std::string line;
   while (!session.finished()) {
+    if (model) {
+      const PlannerProposal p = propose_action(*model, session);
+      std::printf("model> %s%s\n", p.text.c_str(),
+                  p.parsed ? "" : ("   (not an action: " + p.parse_error + ")").c_str());
+      play(session, p.action);
+      continue;
+    }
     if (interactive) {
       std::printf("> ");
       std::fflush(stdout);
@@ -123,22 +167,7 @@ int run_sim(int argc, char** argv) {
       std::printf("not an action: %s (type 'help')\n", error.c_str());
       continue;
     }
-    const size_t task_before = session.current_index();
-    const env::StepOutcome out = session.step(*action);
-    std::printf("%s%s\n", out.result.ok ? "" : "failed: ", out.result.message.c_str());
-    for (const MemorySegment& s : session.memory())
-      if (s.last_changed_step == session.step_count() && s.kind != "history") print_segment(s);
-    if (out.task_ended) {
-      const env::TaskRecord& r = session.records()[task_before];
-      std::printf("task %zu %s in %d steps\n", task_before + 1, r.success ? "done" : "failed",
-                  r.steps);
-      // A later task can already hold when it starts; those are reported as done in 0 steps.
-      for (size_t i = task_before + 1; i < session.records().size(); ++i)
-        std::printf("task %zu was already done\n", i + 1);
-      print_task(session);
-    } else {
-      print_progress(session);
-    }
+    play(session, *action);
   }
   print_summary(session);
   return 0;

@@ -94,6 +94,7 @@ void usage() {
       "           (first token after restoring KV vs re-prefilling the text)\n"
       "  logits   --model DIR --ids 1,523,87 [--out FILE.npy]\n"
       "  sim      [--seed S] [--tasks N] [--max-steps N]   (type actions; stdin when piped)\n"
+      "           [--model DIR [--device D]]   (the model plans, closed loop)\n"
       "  export embodied [--out FILE|-] [--sessions N] [--seed S] [--tasks N] [--detours P]\n"
       "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy full]\n"
       "           [--device D] [--json FILE]\n"

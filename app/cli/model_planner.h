@@ -1,0 +1,26 @@
+// The model as the household simulator's planner (closed loop: model proposes, simulator
+// executes, memory updates), shared by engram-cli sim --model and eval embodied. The prompt is
+// the one the training export writes (core/env/embodied_prompt.h); the ids are those the trainer
+// uses: BOS + encode(prompt), and the model continues with one action line.
+#pragma once
+
+#include <string>
+
+#include "core/engine/loaded_model.h"
+#include "core/env/household_action.h"
+#include "core/env/household_session.h"
+
+namespace engram::cli {
+
+struct PlannerProposal {
+  env::Action action;  // what the simulator is given
+  std::string text;    // the model's line
+  bool parsed = false;
+  std::string parse_error;  // when !parsed: action is a placeholder the world refuses
+  double time_to_first_token_ms = 0;
+};
+
+// One proposal for the session's current task (the session must not be finished).
+PlannerProposal propose_action(LoadedModel& model, const env::HouseholdSession& session);
+
+}  // namespace engram::cli
