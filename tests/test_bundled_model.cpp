@@ -20,6 +20,7 @@
 #include "core/env/conversation_format.h"
 #include "core/env/conversation_generator.h"
 #include "core/env/conversation_qa_metrics.h"
+#include "core/env/household_action.h"
 
 using namespace engram;
 namespace fs = std::filesystem;
@@ -75,6 +76,30 @@ class BundledModelTest : public QObject {
     QVERIFY2(sim.exitCode() == 0, qPrintable(QString::fromUtf8(sim.readAllStandardError())));
     QVERIFY2(out.contains("model> find "), qPrintable(out));
     QVERIFY2(out.contains("session over: 1 of 1 tasks solved"), qPrintable(out.right(2000)));
+  }
+
+  // engram-cli export embodied --model: DAgger data, the model drives and the expert labels.
+  void exportsDaggerLinesWithTheModelDriving() {
+    QTemporaryDir tmp;
+    const QString out = tmp.filePath("dagger.jsonl");
+    QProcess exporter;
+    exporter.start(
+        QStringLiteral(ENGRAM_BINARY_DIR "/app/cli/engram-cli"),
+        {"export", "embodied", "--model", QString::fromStdString(kModelDir.string()), "--seed",
+         "100000", "--sessions", "1", "--tasks", "1", "--max-steps", "8", "--out", out});
+    QVERIFY(exporter.waitForFinished(120000));
+    const QString err = QString::fromUtf8(exporter.readAllStandardError());
+    QVERIFY2(exporter.exitCode() == 0, qPrintable(err));
+    std::ifstream in(out.toStdString());
+    std::string line;
+    int64_t lines = 0;
+    while (std::getline(in, line)) {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      QVERIFY(env::parse_action(j["target"].get<std::string>()).has_value());
+      ++lines;
+    }
+    QVERIFY(lines >= 1 && lines <= 8);
+    QVERIFY2(err.contains(QString("%1 model steps").arg(lines)), qPrintable(err));
   }
 
   // "unknown" when nothing was said: the history is in the prompt and nothing in it matches.

@@ -1,13 +1,19 @@
 // Embodied data export: every line is a JSON object with the documented fields, the target is a
-// valid action text, and the same options give the same bytes.
+// valid action text, the same options give the same bytes, and a planner can drive while the
+// expert labels (DAgger).
 #include <QtTest>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/env/embodied_export.h"
+#include "core/env/expert_planner.h"
 #include "core/env/household_action.h"
+#include "core/env/household_session.h"
 
 using namespace engram::env;
 
@@ -82,6 +88,47 @@ class EnvExportTest : public QObject {
     plain.detour_probability = 0;
     std::ostringstream plain_out;
     QCOMPARE(export_embodied(plain, plain_out).detours, int64_t{0});
+  }
+
+  // DAgger: the planner drives (here one that walks off to another room at every third step, the
+  // kind of mistake a model makes); every line still holds the expert's action for the state
+  // the planner led to, and the expert brings those states back on course.
+  void aPlannerDrivesAndTheExpertLabels() {
+    EmbodiedExportOptions o;
+    o.first_seed = 300;
+    o.sessions = 3;
+    std::vector<std::string> expert_said;
+    o.planner = [&](const HouseholdSession& s) {
+      const std::optional<Action> expert = expert_next_action(s.world(), *s.current_task());
+      expert_said.push_back(to_string(*expert));
+      if (s.step_count() % 3 != 2) return *expert;
+      for (const Room& r : s.world().rooms)
+        if (r.name != s.world().agent.room) return Action{Verb::kGoTo, r.name, ""};
+      return *expert;
+    };
+    std::ostringstream out;
+    const EmbodiedExportStats stats = export_embodied(o, out);
+    QCOMPARE(stats.planner_steps, stats.lines);  // planner_share 1: the planner takes every step
+    // Every third step walks off (unless the expert happened to want that very room).
+    QVERIFY(stats.planner_disagreements > 0 &&
+            stats.planner_disagreements <= (stats.lines + 2) / 3);
+    QVERIFY(stats.tasks_solved >= stats.tasks - 1);
+    std::istringstream in(out.str());
+    std::string line;
+    size_t i = 0;
+    while (std::getline(in, line)) {
+      QVERIFY(i < expert_said.size());
+      QCOMPARE(nlohmann::json::parse(line)["target"].get<std::string>(), expert_said[i++]);
+    }
+    QCOMPARE(i, expert_said.size());
+
+    // A share of the steps: the rest are the expert's, and the same options give the same bytes.
+    o.planner_share = 0.5;
+    std::ostringstream half_a, half_b;
+    const EmbodiedExportStats half = export_embodied(o, half_a);
+    QVERIFY(half.planner_steps > 0 && half.planner_steps < half.lines);
+    export_embodied(o, half_b);
+    QCOMPARE(half_a.str(), half_b.str());
   }
 
   void sameOptionsSameBytes() {

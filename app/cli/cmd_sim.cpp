@@ -3,7 +3,8 @@
 // (model proposes, simulator executes, memory updates); either way the terminal shows each
 // action's outcome, the memory segments that changed and the task progress. engram-cli export
 // embodied: expert trajectories as JSON lines, the training and evaluation data of the embodied
-// world (core/env/embodied_export.h).
+// world (core/env/embodied_export.h); with --model DIR the model drives and the expert labels
+// every state (DAgger).
 #include <unistd.h>
 
 #include <cstdio>
@@ -174,8 +175,9 @@ int run_sim(int argc, char** argv) {
 }
 
 int run_export_embodied(int argc, char** argv) {
-  const Args args(argc, argv, 3,
-                  {"out", "sessions", "seed", "tasks", "max-steps", "history", "detours"}, {});
+  auto with_value = model_flags_with_value();
+  with_value.insert({"out", "sessions", "tasks", "max-steps", "history", "detours", "model-share"});
+  const Args args(argc, argv, 3, with_value, {});
   env::EmbodiedExportOptions o;
   o.first_seed = static_cast<uint64_t>(args.integer("seed", 0));
   o.sessions = static_cast<int>(args.integer("sessions", 100));
@@ -187,6 +189,17 @@ int run_export_embodied(int argc, char** argv) {
     throw UsageError("--detours is a probability in [0, 1)");
   if (o.sessions < 1 || o.tasks_per_session < 1 || o.max_steps_per_task < 1)
     throw UsageError("--sessions, --tasks and --max-steps must be at least 1");
+  // --model: DAgger, the model takes (a share of) the steps and the expert labels every state.
+  std::unique_ptr<LoadedModel> model;
+  if (args.has("model")) {
+    model = std::make_unique<LoadedModel>(load_model_from_args(args, /*allow_shape=*/false));
+    if (!model->tokenizer)
+      throw ModelError(args.str("model", ""), "export needs tokenizer.model in the model folder");
+    o.planner = [&model](const HouseholdSession& s) { return propose_action(*model, s).action; };
+    o.planner_share = args.real("model-share", 1.0);
+    if (o.planner_share <= 0 || o.planner_share > 1)
+      throw UsageError("--model-share is a probability in (0, 1]");
+  }
   const std::string path = args.str("out", "-");
   env::EmbodiedExportStats stats;
   if (path == "-") {
@@ -200,13 +213,16 @@ int run_export_embodied(int argc, char** argv) {
   }
   std::fprintf(
       stderr,
-      "embodied: %lld lines from %d sessions (seeds %llu..%llu), %lld/%lld tasks solved by "
-      "the expert, %lld detours, prompt chars mean %.0f max %lld\n",
+      "embodied: %lld lines from %d sessions (seeds %llu..%llu), %lld/%lld tasks solved %s, "
+      "%lld detours, %lld model steps (%lld not the expert's), prompt chars mean %.0f max "
+      "%lld\n",
       static_cast<long long>(stats.lines), o.sessions,
       static_cast<unsigned long long>(o.first_seed),
       static_cast<unsigned long long>(o.first_seed + o.sessions - 1),
       static_cast<long long>(stats.tasks_solved), static_cast<long long>(stats.tasks),
-      static_cast<long long>(stats.detours), stats.mean_prompt_chars,
+      model ? "with the model driving" : "by the expert", static_cast<long long>(stats.detours),
+      static_cast<long long>(stats.planner_steps),
+      static_cast<long long>(stats.planner_disagreements), stats.mean_prompt_chars,
       static_cast<long long>(stats.max_prompt_chars));
   return 0;
 }

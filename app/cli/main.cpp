@@ -96,6 +96,7 @@ void usage() {
       "  sim      [--seed S] [--tasks N] [--max-steps N]   (type actions; stdin when piped)\n"
       "           [--model DIR [--device D]]   (the model plans, closed loop)\n"
       "  export embodied [--out FILE|-] [--sessions N] [--seed S] [--tasks N] [--detours P]\n"
+      "           [--model DIR [--model-share P] [--device D]]   (the model drives: DAgger)\n"
       "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy full]\n"
       "           [--device D] [--json FILE]\n"
       "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"

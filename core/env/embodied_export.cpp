@@ -37,6 +37,7 @@ EmbodiedExportStats export_embodied(const EmbodiedExportOptions& options, std::o
     HouseholdSession session({seed, options.tasks_per_session, options.max_steps_per_task});
     std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + 17);
     std::bernoulli_distribution detour(options.detour_probability);
+    std::bernoulli_distribution planner_turn(options.planner_share);
     while (!session.finished()) {
       const Task& task = *session.current_task();
       const std::optional<Action> action = expert_next_action(session.world(), task);
@@ -56,7 +57,13 @@ EmbodiedExportStats export_embodied(const EmbodiedExportOptions& options, std::o
       ++stats.lines;
       total_chars += static_cast<double>(prompt.text.size());
       stats.max_prompt_chars = std::max<int64_t>(stats.max_prompt_chars, prompt.text.size());
-      if (options.detour_probability > 0 && detour(rng)) {
+      // Drawn only with a planner, so exports without one keep their bytes.
+      if (options.planner && planner_turn(rng)) {
+        const Action taken = options.planner(session);
+        ++stats.planner_steps;
+        stats.planner_disagreements += taken == *action ? 0 : 1;
+        session.step(taken);
+      } else if (options.detour_probability > 0 && detour(rng)) {
         session.step(random_detour(session.world(), rng));
         ++stats.detours;
       } else {

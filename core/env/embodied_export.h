@@ -10,12 +10,20 @@
 // random detour (walk to a known thing, enter a room, open or close something) instead, so
 // later lines show the expert bringing a drifted state back on course. A model trained only on
 // perfect trajectories never sees the states its own mistakes lead to.
+//
+// With a `planner` (DAgger proper): the planner, a trained model, takes a step with probability
+// `planner_share` and the expert the rest; every line still carries the expert's action for the
+// state. The lines then cover the states the model's own mistakes lead to, which random detours
+// only approximate.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 
 #include "core/env/embodied_prompt.h"
+#include "core/env/household_action.h"
+#include "core/env/household_session.h"
 
 namespace engram::env {
 
@@ -26,6 +34,9 @@ struct EmbodiedExportOptions {
   int max_steps_per_task = 60;
   double detour_probability = 0.0;
   EmbodiedPromptOptions prompt;
+  // The action the planner takes in the session's current state (its task is not finished).
+  std::function<Action(const HouseholdSession&)> planner;
+  double planner_share = 1.0;
 };
 
 struct EmbodiedExportStats {
@@ -35,6 +46,8 @@ struct EmbodiedExportStats {
   int64_t max_prompt_chars = 0;
   double mean_prompt_chars = 0;
   int64_t detours = 0;
+  int64_t planner_steps = 0;
+  int64_t planner_disagreements = 0;  // planner steps whose action was not the expert's
 };
 
 EmbodiedExportStats export_embodied(const EmbodiedExportOptions& options, std::ostream& out);
