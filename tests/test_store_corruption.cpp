@@ -3,7 +3,6 @@
 // damaged page under one conversation's utterances (that conversation fails, the others read
 // and write), a flipped byte, a truncation or a deletion of a blob file (BlobCorrupt), and a
 // blob made for another model (BlobStale, never its bytes).
-#include <sqlite3.h>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -15,11 +14,15 @@
 #include "storage/database.h"
 #include "storage/kv_blob_store.h"
 #include "storage/store_error.h"
+#include "store_file_damage.h"
 
 using namespace engram::storage;
 namespace fs = std::filesystem;
 
 namespace {
+
+using engram::test::overflow_pages;
+using engram::test::overwrite;
 
 struct Thrown {
   bool right_type = false;
@@ -45,12 +48,6 @@ std::string read_bytes(const fs::path& file) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void overwrite(const fs::path& file, std::uintmax_t offset, const std::string& bytes) {
-  std::fstream out(file, std::ios::binary | std::ios::in | std::ios::out);
-  out.seekp(static_cast<std::streamoff>(offset));
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 void flip_byte(const fs::path& file, std::uintmax_t offset) {
   std::fstream io(file, std::ios::binary | std::ios::in | std::ios::out);
   io.seekg(static_cast<std::streamoff>(offset));
@@ -58,22 +55,6 @@ void flip_byte(const fs::path& file, std::uintmax_t offset) {
   io.get(c);
   io.seekp(static_cast<std::streamoff>(offset));
   io.put(static_cast<char>(c ^ 0x5a));
-}
-
-// Page numbers of the overflow pages under `table`, read with SQLite's dbstat table.
-std::vector<std::int64_t> overflow_pages(const fs::path& file, const char* table) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_stmt* statement = nullptr;
-  sqlite3_prepare_v2(db, "SELECT pageno FROM dbstat WHERE name = ?1 AND pagetype = 'overflow'", -1,
-                     &statement, nullptr);
-  sqlite3_bind_text(statement, 1, table, -1, SQLITE_STATIC);
-  std::vector<std::int64_t> pages;
-  while (sqlite3_step(statement) == SQLITE_ROW)
-    pages.push_back(sqlite3_column_int64(statement, 0));
-  sqlite3_finalize(statement);
-  sqlite3_close(db);
-  return pages;
 }
 
 std::vector<std::byte> pattern(std::size_t bytes, unsigned seed) {

@@ -4,7 +4,6 @@
 // palette (light and dark), the delete confirmation, Markdown answers, and failures shown as
 // readable messages while the app goes on and keeps every conversation: a damaged conversation
 // in the store, a turn the engine refuses, out of memory.
-#include <sqlite3.h>
 #include <QAction>
 #include <QDockWidget>
 #include <QElapsedTimer>
@@ -30,6 +29,7 @@
 
 #include "storage/conversation_repository.h"
 #include "storage/database.h"
+#include "store_file_damage.h"
 #include "ui/chat_view.h"
 #include "ui/conversation_list.h"
 #include "ui/engine_worker.h"
@@ -46,29 +46,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using engram::test::overflow_pages;
+using engram::test::overwrite;
+
 using engram::ui_test::kModelTimeoutMs;
 constexpr int kReplyTimeoutMs = 120000;
-
-std::vector<int64_t> overflow_pages(const fs::path& file, const char* table) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(file.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_stmt* statement = nullptr;
-  sqlite3_prepare_v2(db, "SELECT pageno FROM dbstat WHERE name = ?1 AND pagetype = 'overflow'", -1,
-                     &statement, nullptr);
-  sqlite3_bind_text(statement, 1, table, -1, SQLITE_STATIC);
-  std::vector<int64_t> pages;
-  while (sqlite3_step(statement) == SQLITE_ROW)
-    pages.push_back(sqlite3_column_int64(statement, 0));
-  sqlite3_finalize(statement);
-  sqlite3_close(db);
-  return pages;
-}
-
-void overwrite(const fs::path& file, std::uintmax_t offset, const std::string& bytes) {
-  std::fstream out(file, std::ios::binary | std::ios::in | std::ios::out);
-  out.seekp(static_cast<std::streamoff>(offset));
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 bool is_dark(const QColor& c) {
   return c.lightness() < 128;
