@@ -54,7 +54,9 @@ def read_examples(data_dir):
                 if not line.strip():
                     continue
                 ex = json.loads(line)
-                kind = ex.get("kind") or os.path.basename(path).split(".")[0]
+                # Lines without a kind take it from the file name: embodied.jsonl.gz and
+                # embodied_dagger.jsonl.gz are both "embodied".
+                kind = ex.get("kind") or os.path.basename(path).split(".")[0].split("_")[0]
                 if kind == "qa" and "history" in ex:
                     groups.setdefault(ex["history"], []).extend(tuple(q) for q in ex["qa"])
                 elif kind == "qa":
