@@ -111,10 +111,7 @@ class UiRestoreTest : public QObject {
     connect(w.get(), &MainWindow::memoryRestored, window,
             [this](const engram::MemoryRestore& r) { restores_.push_back(r); });
     engram::ui_test::show_and_wait_ready(*w);
-    engram::AssistantSampling s;
-    s.temperature = 0;
-    s.max_new_tokens = 24;
-    w->set_sampling(s);
+    engram::ui_test::set_greedy(*w, 24);
     return w;
   }
 

@@ -71,10 +71,7 @@ class UiWindowTest : public QObject {
     auto w = std::make_unique<MainWindow>(o);
     engram::ui_test::show_and_wait_ready(*w);
     if (greedy) {
-      engram::AssistantSampling s;
-      s.temperature = 0;
-      s.max_new_tokens = 24;
-      w->set_sampling(s);
+      engram::ui_test::set_greedy(*w, 24);
     }
     return w;
   }

@@ -42,6 +42,14 @@ inline void show_and_wait_ready(ui::MainWindow& w) {
     QTest::qWait(10);
 }
 
+// Greedy decoding with a cap on the reply, so that a test's answers repeat run to run.
+inline void set_greedy(ui::MainWindow& w, int64_t max_new_tokens) {
+  AssistantSampling s;
+  s.temperature = 0;
+  s.max_new_tokens = max_new_tokens;
+  w.set_sampling(s);
+}
+
 // Every distinct text of the last chat bubble while the window is busy, polled each millisecond
 // from construction on: a streamed answer shows several growing texts, a blocking one only one.
 class StreamedTexts {
