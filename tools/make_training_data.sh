@@ -12,6 +12,10 @@
 # planned tokens (~600 in fact: every fact is kept), where the lookup of a fact is found
 # quickly, and 300 embodied sessions so that planning is not forgotten meanwhile
 # (conversation seeds 500,001 + 40,000 (r-3) .., embodied 150,000 + 1,000 (r-3) ..).
+# From round 6 on, every history keeps all its questions except unanswerable ones (6) — the
+# hard types (single-hop, temporal) get ~3x the answers for ~1% more tokens — a round also has
+# 20,000 tiny histories (the seeds of PHASE=tiny), and 1,000 embodied sessions instead of 1,500
+# (DAgger lines are added beside them, tools/data/README.md).
 set -euo pipefail
 OUT=${1:?output folder}
 ROUND=${2:?round (3, 4, 5, ...)}
@@ -32,12 +36,20 @@ if [ "${PHASE:-}" = tiny ]; then
   ls -la "$OUT"
   exit 0
 fi
+QUESTIONS=8 PACK=(--max-per-type 6) SESSIONS=1500
+if [ "$ROUND" -ge 6 ]; then
+  QUESTIONS=1000 PACK=(--type-cap unanswerable=6) SESSIONS=1000
+  "$CLI" export conversation --conversations 20000 --seed $((500001 + 40000 * (ROUND - 3))) \
+    --chat-per-conversation 1 --questions-per-type "$QUESTIONS" --min-tokens 150 --max-tokens 500 \
+    --out "$TMP/tiny.jsonl"
+  python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/tiny.jsonl" "$OUT/qa_tiny.jsonl.xz" "${PACK[@]}"
+fi
 "$CLI" export conversation --conversations 10000 --seed "$CONV" --chat-per-conversation 1 \
-  --questions-per-type 8 --out "$TMP/long.jsonl"
+  --questions-per-type "$QUESTIONS" --out "$TMP/long.jsonl"
 "$CLI" export conversation --conversations 6000 --seed $((CONV + 10000)) --chat-per-conversation 1 \
-  --questions-per-type 8 --min-tokens 600 --max-tokens 2000 --out "$TMP/short.jsonl"
-python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/long.jsonl" "$OUT/qa_long.jsonl.xz" --max-per-type 6
-python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/short.jsonl" "$OUT/qa_short.jsonl.xz" --max-per-type 6
-"$CLI" export embodied --out "$TMP/embodied.jsonl" --sessions 1500 --seed "$EMB" --detours 0.1
+  --questions-per-type "$QUESTIONS" --min-tokens 600 --max-tokens 2000 --out "$TMP/short.jsonl"
+python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/long.jsonl" "$OUT/qa_long.jsonl.xz" "${PACK[@]}"
+python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/short.jsonl" "$OUT/qa_short.jsonl.xz" "${PACK[@]}"
+"$CLI" export embodied --out "$TMP/embodied.jsonl" --sessions "$SESSIONS" --seed "$EMB" --detours 0.1
 gzip -c "$TMP/embodied.jsonl" > "$OUT/embodied.jsonl.gz"
 ls -la "$OUT"

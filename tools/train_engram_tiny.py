@@ -259,6 +259,9 @@ def main():
     ap.add_argument("--embodied-prompt-weight", type=float, default=0.0,
                     help="loss weight of embodied prompt tokens (memory, task, action history)")
     ap.add_argument("--limit", type=int, default=0, help="use only this many examples (smoke test)")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (fuses the norms, RoPE and SwiGLU that dominate a "
+                         "320-wide model); falls back to eager if compilation fails")
     args = ap.parse_args()
     t_start = time.time()
     random.seed(args.seed)
@@ -317,6 +320,12 @@ def main():
     prompt_weight = {"qa": args.prompt_weight, "chat": args.prompt_weight,
                      "embodied": args.embodied_prompt_weight}
     warmup = args.warmup
+    forward = torch.compile(model, dynamic=True) if args.compile else model
+
+    def train_loss(ids, weights):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return weighted_loss(forward(input_ids=ids).logits, ids, weights)
+
     log = []
     step = 0
     seen_tokens = 0
@@ -334,10 +343,18 @@ def main():
             for g in opt.param_groups:
                 g["lr"] = lr
             ids, _, weights = collate(train, idx, device, prompt_weight)
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = weighted_loss(model(input_ids=ids).logits, ids, weights)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            try:
+                loss = train_loss(ids, weights)
+                loss.backward()
+            except Exception as e:  # a compiler fault must not cost the device call
+                if forward is model:
+                    raise
+                print(json.dumps({"compile_failed": repr(e)[:2000]}), flush=True)
+                forward = model
+                opt.zero_grad(set_to_none=True)
+                loss = train_loss(ids, weights)
+                loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             seen_tokens += sum(len(train[i][0]) for i in idx)

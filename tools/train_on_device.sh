@@ -10,6 +10,7 @@
 #   OUT=<dir> INIT=<stage-1 folder> bash tools/train_on_device.sh 2 [minutes]
 #   OUT=<dir> INIT=<previous folder> DATA=<data folder> SEED=<n> \
 #       bash tools/train_on_device.sh continue [minutes]
+# EXTRA="--compile ..." adds trainer flags (round 6 on: --compile).
 # "continue" is the later rounds (tools/make_training_data.sh writes their data): a warm start
 # with language-modelling loss on the histories too (--prompt-weight), which stages 1-2 lacked:
 # the loss on answers alone gave ~100 loss tokens per 3,000-token history and the model never
@@ -29,6 +30,7 @@ case "$STAGE" in
                --prompt-weight 0.1 --embodied-prompt-weight 0.02) ;;
   *) echo "stage is 1, 2 or continue" >&2; exit 2 ;;
 esac
-PYTHONUNBUFFERED=1 python3 tools/train_engram_tiny.py "${ARGS[@]}" --out "$OUT" \
+read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
+PYTHONUNBUFFERED=1 python3 tools/train_engram_tiny.py "${ARGS[@]}" "${EXTRA_ARGS[@]}" --out "$OUT" \
   --minutes "$MINUTES" 2>&1 | grep -v -i warning
 ls -la "$OUT"
