@@ -10,7 +10,7 @@
 #   OUT=<dir> INIT=<stage-1 folder> bash tools/train_on_device.sh 2 [minutes]
 #   OUT=<dir> INIT=<previous folder> DATA=<data folder> SEED=<n> \
 #       bash tools/train_on_device.sh continue [minutes]
-# EXTRA="--compile ..." adds trainer flags (round 6 on: --compile).
+# EXTRA="..." adds trainer flags (round 6 ran with EXTRA=--compile: no gain, see the trainer).
 # "continue" is the later rounds (tools/make_training_data.sh writes their data): a warm start
 # with language-modelling loss on the histories too (--prompt-weight), which stages 1-2 lacked:
 # the loss on answers alone gave ~100 loss tokens per 3,000-token history and the model never
