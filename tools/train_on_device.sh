@@ -32,5 +32,5 @@ case "$STAGE" in
 esac
 read -r -a EXTRA_ARGS <<< "${EXTRA:-}"
 PYTHONUNBUFFERED=1 python3 tools/train_engram_tiny.py "${ARGS[@]}" "${EXTRA_ARGS[@]}" --out "$OUT" \
-  --minutes "$MINUTES" 2>&1 | grep -v -i warning
+  --minutes "$MINUTES" 2>&1 | grep --line-buffered -v -i warning
 ls -la "$OUT"
