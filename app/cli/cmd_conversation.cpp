@@ -14,7 +14,6 @@
 #include "core/env/conversation_generator.h"
 #include "core/env/conversation_jsonl.h"
 #include "core/env/conversation_qa_metrics.h"
-#include "core/model/model_error.h"
 #include "core/tokenizer/token_stream.h"
 
 namespace engram::cli {
@@ -154,10 +153,7 @@ int run_eval_conversation(int argc, char** argv) {
   // Validate the conversation flags before the (slow) model load.
   conversation_config(args, static_cast<uint64_t>(first));
 
-  LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
-  if (!model.tokenizer)
-    throw ModelError(args.str("model", ""),
-                     "eval conversation needs tokenizer.model in the folder");
+  LoadedModel model = load_text_model_from_args(args, "eval conversation");
   const Tokenizer& tokenizer = *model.tokenizer;
   const Decoder& decoder = *model.decoder;
   const ModelConfig& mc = model.config;

@@ -14,7 +14,6 @@
 #include "app/cli/model_planner.h"
 #include "core/env/expert_planner.h"
 #include "core/env/household_session.h"
-#include "core/model/model_error.h"
 
 namespace engram::cli {
 namespace {
@@ -38,10 +37,7 @@ int run_eval_embodied(int argc, char** argv) {
   const int64_t episodes = args.integer("episodes", 20);
   // Held-out seeds: training exports use seeds from 100000 on (tools/train_engram_tiny.py).
   const auto first_seed = static_cast<uint64_t>(args.integer("seed", 1));
-  LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
-  if (!model.tokenizer) {
-    throw ModelError(args.str("model", ""), "eval needs tokenizer.model in the model folder");
-  }
+  LoadedModel model = load_text_model_from_args(args, "eval");
 
   std::map<std::string, TypeTally> by_type;
   std::vector<double> ttfts;

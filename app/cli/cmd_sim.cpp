@@ -20,7 +20,6 @@
 #include "core/env/embodied_export.h"
 #include "core/env/expert_planner.h"
 #include "core/env/household_session.h"
-#include "core/model/model_error.h"
 
 namespace engram::cli {
 namespace {
@@ -112,9 +111,7 @@ int run_sim(int argc, char** argv) {
   const bool interactive = isatty(STDIN_FILENO);
   std::unique_ptr<LoadedModel> model;
   if (args.has("model")) {
-    model = std::make_unique<LoadedModel>(load_model_from_args(args, /*allow_shape=*/false));
-    if (!model->tokenizer)
-      throw ModelError(args.str("model", ""), "sim needs tokenizer.model in the model folder");
+    model = std::make_unique<LoadedModel>(load_text_model_from_args(args, "sim"));
   }
   HouseholdSession session({static_cast<uint64_t>(args.integer("seed", 0)), static_cast<int>(tasks),
                             static_cast<int>(max_steps)});
@@ -192,9 +189,7 @@ int run_export_embodied(int argc, char** argv) {
   // --model: DAgger, the model takes (a share of) the steps and the expert labels every state.
   std::unique_ptr<LoadedModel> model;
   if (args.has("model")) {
-    model = std::make_unique<LoadedModel>(load_model_from_args(args, /*allow_shape=*/false));
-    if (!model->tokenizer)
-      throw ModelError(args.str("model", ""), "export needs tokenizer.model in the model folder");
+    model = std::make_unique<LoadedModel>(load_text_model_from_args(args, "export"));
     o.planner = [&model](const HouseholdSession& s) { return propose_action(*model, s).action; };
     o.planner_share = args.real("model-share", 1.0);
     if (o.planner_share <= 0 || o.planner_share > 1)

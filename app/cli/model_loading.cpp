@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/log.h"
+#include "core/model/model_error.h"
 
 namespace engram::cli {
 
@@ -46,6 +47,13 @@ LoadedModel load_model_from_args(const Args& args, bool allow_shape) {
   std::fprintf(stderr, "loaded %s: %lld layers, %.1f M parameters, %s %s, %.2f s\n", m.name.c_str(),
                static_cast<long long>(m.config.num_layers), m.config.parameter_count() / 1e6,
                device.device.str().c_str(), c10::toString(device.compute_dtype), m.load_seconds);
+  return m;
+}
+
+LoadedModel load_text_model_from_args(const Args& args, const std::string& command) {
+  LoadedModel m = load_model_from_args(args, /*allow_shape=*/false);
+  if (!m.tokenizer)
+    throw ModelError(args.str("model", ""), command + " needs tokenizer.model in the model folder");
   return m;
 }
 

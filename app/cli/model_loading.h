@@ -15,4 +15,8 @@ std::set<std::string> model_flags_with_value();
 
 LoadedModel load_model_from_args(const Args& args, bool allow_shape);
 
+// A --model folder for a command that works on text (encodes prompts): its tokenizer.model is
+// required, the error names `command`.
+LoadedModel load_text_model_from_args(const Args& args, const std::string& command);
+
 }  // namespace engram::cli
