@@ -172,6 +172,20 @@ def encode_examples(sp, examples, groups, max_len, seed):
     return out, dropped
 
 
+def induction_drill(sp, count, seed):
+    """Sequences of random pieces, each written twice: BOS + r + r + EOS with the loss on the
+    repeat, which only copying by content can predict. The canonical way to grow induction heads;
+    round 9 had none (tools/probe_lookup.py), and lookups of a fact by its key need them."""
+    rng = random.Random(seed)
+    first = 3 + 256  # after <unk>, <s>, </s> and the byte-fallback pieces
+    out = []
+    for _ in range(count):
+        r = [rng.randrange(first, sp.get_piece_size()) for _ in range(rng.randint(24, 400))]
+        out.append(([sp.bos_id()] + r + r + [sp.eos_id()], [0] * (1 + len(r)) + [1] * (len(r) + 1),
+                    "induction"))
+    return out
+
+
 def batches(encoded, tokens_per_batch, rng):
     """Length-bucketed batches of about tokens_per_batch tokens (padding included)."""
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
@@ -284,6 +298,8 @@ def main():
                     help="loss weight of the history tokens of QA and chat records (targets weigh 1)")
     ap.add_argument("--embodied-prompt-weight", type=float, default=0.0,
                     help="loss weight of embodied prompt tokens (memory, task, action history)")
+    ap.add_argument("--induction-drill", type=int, default=0,
+                    help="add this many random-piece sequences written twice (induction_drill)")
     ap.add_argument("--limit", type=int, default=0, help="use only this many examples (smoke test)")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model, with an eager fallback. Measured on the H100 "
@@ -307,6 +323,7 @@ def main():
     else:
         sp = train_tokenizer(examples, groups, args.out, args.vocab, args.seed)
     encoded, dropped = encode_examples(sp, examples, groups, args.max_len, args.seed)
+    encoded += induction_drill(sp, args.induction_drill, args.seed)
     rng = random.Random(args.seed)
     rng.shuffle(encoded)
     n_val = min(300, len(encoded) // 20)
