@@ -15,6 +15,7 @@ PACKAGES=(
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libgl-dev   # the desktop app and Qt Test
   qt6-svg-dev                      # SVG export of the layer timeline (QSvgGenerator)
   xvfb xauth                       # screenshots of the real window in tests/ui scripts
+  python3                          # the training tools' data steps (tests/tools)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
