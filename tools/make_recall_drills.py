@@ -13,7 +13,7 @@ drills make the key the only way to the answer:
       every key distinct, with a question on each fact and unanswerable questions on keys of the
       same templates that are absent (~1/3 of the answers), in the packed QA format of
       tools/pack_qa_records.py;
-  drill_copy.jsonl.gz — copy: a block of history lines, then the same lines in another order as
+  drill_copy.jsonl.xz — copy: a block of history lines, then the same lines in another order as
       the target (kind "drill": loss on the repeat only), where every token after a line's first
       few must be copied from the block.
 
@@ -21,13 +21,10 @@ Only training data goes in (the round's qa_*.jsonl.xz, seeds below the evaluatio
 held-out evaluation stays held out.
 
     python3 tools/make_recall_drills.py DATA_DIR --seed R [--recall 30000] [--copy 20000]
-
-The copy drill is written gzipped; xz it (xz -6) when the data must travel small.
 """
 import argparse
 import collections
 import glob
-import gzip
 import json
 import lzma
 import os
@@ -196,7 +193,7 @@ def main():
             out.write(json.dumps({"kind": "qa", "history": history,
                                   "qa": [[SUFFIX.format(q), a] for q, a in facts]}) + "\n")
 
-    with gzip.open(os.path.join(args.data_dir, "drill_copy.jsonl.gz"), "wt") as out:
+    with lzma.open(os.path.join(args.data_dir, "drill_copy.jsonl.xz"), "wt", preset=6) as out:
         for _ in range(args.copy):
             pairs = rng.choice(blocks)
             n = min(len(pairs), rng.randint(4, 12))

@@ -17,7 +17,10 @@
 # 20,000 tiny histories (the seeds of PHASE=tiny), and 1,000 embodied sessions instead of 1,500
 # (DAgger lines are added beside them, tools/data/README.md). Round 6 kept 6 unanswerable
 # questions per history: their share fell from ~22% to ~13% and the model stopped abstaining
-# (unanswerable exact match 0.97 -> 0.43); from round 7 on it keeps 10 (~20-30%).
+# (unanswerable exact match 0.97 -> 0.43); from round 7 on it keeps 10 (~20-30%). From round 9
+# on, tools/make_recall_drills.py adds its recall and copy drills (seed = the round; model
+# README, "Why QA is stuck") and the committed DAgger lines are copied in (the device command
+# copies them once more as embodied_dagger2, as in rounds 6-9).
 set -euo pipefail
 OUT=${1:?output folder}
 ROUND=${2:?round (3, 4, 5, ...)}
@@ -56,4 +59,8 @@ python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/long.jsonl" "$OUT/qa_long.jso
 python3 "$(dirname "$0")/pack_qa_records.py" "$TMP/short.jsonl" "$OUT/qa_short.jsonl.xz" "${PACK[@]}"
 "$CLI" export embodied --out "$TMP/embodied.jsonl" --sessions "$SESSIONS" --seed "$EMB" --detours 0.1
 gzip -c "$TMP/embodied.jsonl" > "$OUT/embodied.jsonl.gz"
+if [ "$ROUND" -ge 9 ]; then
+  python3 "$(dirname "$0")/make_recall_drills.py" "$OUT" --seed "$ROUND"
+  cp "$(dirname "$0")/data/embodied_dagger_r5.jsonl.gz" "$OUT/embodied_dagger.jsonl.gz"
+fi
 ls -la "$OUT"

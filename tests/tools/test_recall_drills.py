@@ -7,7 +7,6 @@ prompt's lines in another order.
     test_recall_drills.py ENGRAM_CLI TOOLS_DIR
 """
 import collections
-import gzip
 import json
 import lzma
 import os
@@ -114,7 +113,7 @@ with tempfile.TemporaryDirectory() as tmp:
     for k in ("name", "kind", "favorite", "city or job"):
         check(kinds[k] > 0, f"no {k} question in the drills")
 
-    with gzip.open(os.path.join(data, "drill_copy.jsonl.gz"), "rt") as f:
+    with lzma.open(os.path.join(data, "drill_copy.jsonl.xz"), "rt") as f:
         copies = [json.loads(line) for line in f]
     check(len(copies) == 30, f"{len(copies)} copy records, want 30")
     for c in copies:
