@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes two drills that teach engram-tiny to look a fact up by its key, from a round's QA data.
 
-Probing round 9 (model README, "What the probes show") found no induction at all: after
+Probing round 9 (model README, "Why QA is stuck") found no induction at all: after
 "My uncle Leo, my sister Ines, ..." repeated in another order, the model gives "Leo" after
 "my uncle" a probability of 0.01, and "What is the name of the user's uncle?" and "... sister?"
 get the same answer distribution (unknown 0.9, then every name of the history). The corpus is

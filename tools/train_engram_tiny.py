@@ -299,7 +299,10 @@ def main():
     ap.add_argument("--embodied-prompt-weight", type=float, default=0.0,
                     help="loss weight of embodied prompt tokens (memory, task, action history)")
     ap.add_argument("--induction-drill", type=int, default=0,
-                    help="add this many random-piece sequences written twice (induction_drill)")
+                    help="add this many random-piece sequences written twice (induction_drill). "
+                         "Mixed in from a model without induction it stays at chance (the "
+                         "phase change needs ~800 steps of concentrated drill: "
+                         "tools/induction_check.py --out first); it keeps a grown one")
     ap.add_argument("--limit", type=int, default=0, help="use only this many examples (smoke test)")
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model, with an eager fallback. Measured on the H100 "
