@@ -9,3 +9,9 @@ if(Python3_Interpreter_FOUND)
 else()
   message(WARNING "python3 not found: test_recall_drills is not run")
 endif()
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_trainer_batches
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_trainer_batches.py
+                   ${PROJECT_SOURCE_DIR}/tools)
+  set_tests_properties(test_trainer_batches PROPERTIES TIMEOUT 120)
+endif()
