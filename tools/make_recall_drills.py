@@ -32,11 +32,8 @@ import random
 import re
 
 NAME_OF = re.compile(r"^What is the name of the user's (\w+)\?$")
-KIND_OF = re.compile(r"^What kind of animal is (\w+)\?$")
 FAVORITE = re.compile(r"^What is the user's favorite ([\w ]+)\?$")
 TRIP = re.compile(r"^Where did the user go on the ([\w ]+ trip)\?$")
-CITY_OF = re.compile(r"^Which city does the user's (\w+) live in\?$")
-JOB_OF = re.compile(r"^What does the user's (\w+) do for work\?$")
 SUFFIX = "\nQuestion: {}\nAnswer:"
 
 
