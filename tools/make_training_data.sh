@@ -12,6 +12,8 @@
 # planned tokens (~600 in fact: every fact is kept), where the lookup of a fact is found
 # quickly, and 300 embodied sessions so that planning is not forgotten meanwhile
 # (conversation seeds 500,001 + 40,000 (r-3) .., embodied 150,000 + 1,000 (r-3) ..).
+# The tiny seeds reach the evaluation's at round 15 (engram-cli export refuses them): round 14 is
+# the last one this scheme can write; after that, new seed ranges.
 # From round 6 on, every history keeps all its questions except unanswerable ones (6) — the
 # hard types (single-hop, temporal) get ~3x the answers for ~1% more tokens — a round also has
 # 20,000 tiny histories (the seeds of PHASE=tiny), and 1,000 embodied sessions instead of 1,500
