@@ -15,3 +15,9 @@ if(Python3_Interpreter_FOUND)
                    ${PROJECT_SOURCE_DIR}/tools)
   set_tests_properties(test_trainer_batches PROPERTIES TIMEOUT 120)
 endif()
+if(Python3_Interpreter_FOUND)
+  add_test(NAME test_average_models
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/tools/test_average_models.py
+                   ${PROJECT_SOURCE_DIR}/tools)
+  set_tests_properties(test_average_models PROPERTIES TIMEOUT 60)
+endif()
