@@ -45,7 +45,7 @@ def main():
         src = os.path.join(args.models[0], name)
         if os.path.exists(src):
             shutil.copy(src, os.path.join(args.out, name))
-    print(f"averaged {len(states)} models into {args.out}")
+    print(f"averaged {len(args.models)} models into {args.out}")
 
 
 if __name__ == "__main__":
