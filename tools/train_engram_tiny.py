@@ -208,8 +208,10 @@ def drill_first(encoded, tokens_per_batch, steps, share, rng):
     """One epoch's batches, with the induction drill batched apart from the rest so that about
     `share` of the first `steps` batches are drill; after those, the remaining batches of both
     in shuffled order. Mixed in at the drill's natural share a model without induction stays at
-    chance; 80 s of pure drill grows it but wipes the output priors (model README). This is the
-    middle way: a concentrated drill while the round's data keep flowing."""
+    chance; 80 s of pure drill grows it but wipes the output priors (model README). This was the
+    middle way: a concentrated drill while the round's data keep flowing. Measured on the H100
+    (bench/results/2026-11-24-h100-engram-tiny-soup/, call 1): 1,100-1,300 steps at a share of
+    0.65-0.8 stayed at chance too; kept for experiments, not used by the recipe."""
     drill_idx = [i for i, e in enumerate(encoded) if e[2] == "induction"]
     rest_idx = [i for i, e in enumerate(encoded) if e[2] != "induction"]
     def apart(idx):
@@ -325,7 +327,8 @@ def main():
                          "tools/induction_check.py --out first); it keeps a grown one")
     ap.add_argument("--drill-first-steps", type=int, default=0,
                     help="for this many first steps, draw induction-drill batches at "
-                         "--drill-share (drill_first); needs --induction-drill")
+                         "--drill-share (drill_first); needs --induction-drill. At 1,100-1,300 "
+                         "steps and 0.65-0.8 the drill stayed at chance (not in the recipe)")
     ap.add_argument("--drill-share", type=float, default=0.5)
     ap.add_argument("--limit", type=int, default=0, help="use only this many examples (smoke test)")
     ap.add_argument("--compile", action="store_true",
