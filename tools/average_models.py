@@ -2,15 +2,15 @@
 """Averages the weights of model folders trained from the same starting point (a "model soup",
 Wortsman et al. 2022) and saves the mean as a model folder of the same layout.
 
-Why: engram-tiny is too small to keep the GPU busy; two or three training runs side by side each
-go as fast as one alone (bench/results/2026-11-24-h100-engram-tiny-soup/). Runs warm-started from
+Why: engram-tiny is too small to keep the GPU busy; two training runs side by side each go as
+fast as one alone, three at ~70% each (bench/results/2026-11-24-h100-engram-tiny-soup/). Runs warm-started from
 one folder on the same round's data with different seeds stay in one basin, and their mean is a
 better model than any of them without any more device time.
 
     python3 tools/average_models.py OUT_DIR MODEL_DIR MODEL_DIR [...]
 
-Needs torch and transformers (the GPU machine). The first folder's tokenizer, config and
-generation config are copied; every folder must have the same tensor names and shapes.
+Needs torch and transformers (the GPU machine). The first folder's tokenizer and generation
+config are copied; every folder must have the same tensor names and shapes.
 """
 import argparse
 import os
