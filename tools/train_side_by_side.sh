@@ -36,8 +36,10 @@ if [ -n "${SOUP:-}" ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 fi
 # "best" in RET: the run with the highest validation exact match, QA and embodied together
-best=$(python3 -c 'import json,sys; print(max(sys.argv[1:], key=lambda f: sum(json.load(open(f))["validation_target_exact_by_kind"].get(k, 0) for k in ("qa", "embodied"))).split("train_log_")[1][:-5])' "$OUT"/train_log_*.json)
-echo "best by validation: $best" | log all
+if [[ " ${RET:-} " == *" best "* ]]; then
+  best=$(python3 -c 'import json,sys; print(max(sys.argv[1:], key=lambda f: sum(json.load(open(f))["validation_target_exact_by_kind"].get(k, 0) for k in ("qa", "embodied"))).split("train_log_")[1][:-5])' "$OUT"/train_log_*.json)
+  echo "best by validation: $best" | log all
+fi
 for n in ${RET:-}; do
   mkdir -p "$OUT/$n"; src=$n; [ "$n" = best ] && src=$best
   tar -C $W/m-$src -cf - . | split -b 15M - "$OUT/$n/model.tar.part-"
