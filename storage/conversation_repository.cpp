@@ -12,10 +12,12 @@ namespace engram::storage {
 
 namespace {
 
-constexpr const char* kColumns = "id, name, created_ms, updated_ms, model_fingerprint";
+constexpr const char* kColumns =
+    "id, name, created_ms, updated_ms, model_fingerprint, memory_policy, kv_budget";
 
 Conversation read_conversation(const Statement& row) {
-  return {row.int64(0), row.text(1), row.int64(2), row.int64(3), row.text(4)};
+  return {row.int64(0), row.text(1), row.int64(2), row.int64(3),
+          row.text(4),  row.text(5), row.int64(6)};
 }
 
 // LIKE treats % and _ as wildcards; a search for "50%" must find the literal text.
@@ -50,7 +52,7 @@ Conversation ConversationRepository::create(const std::string& name,
                    "VALUES (?1, ?2, ?2, ?3)",
                    unit_name);
   insert.bind(1, name).bind(2, now).bind(3, model_fingerprint).run();
-  Conversation conversation{db_.last_insert_id(), name, now, now, model_fingerprint};
+  Conversation conversation{db_.last_insert_id(), name, now, now, model_fingerprint, {}, 0};
   transaction.commit();
   return conversation;
 }
@@ -108,6 +110,21 @@ void ConversationRepository::set_model_fingerprint(std::int64_t id,
   Statement update(db_, "UPDATE conversations SET model_fingerprint = ?2 WHERE id = ?1", unit(id));
   update.bind(1, id).bind(2, model_fingerprint).run();
   if (db_.changes() == 0) throw NotFound(db_.file(), unit(id), "no such conversation");
+}
+
+void ConversationRepository::set_memory_policy(std::int64_t id, const std::string& policy,
+                                               std::int64_t kv_budget) {
+  if (kv_budget < 0) throw StoreError(db_.file(), unit(id), "a KV budget must not be negative");
+  Statement update(db_, "UPDATE conversations SET memory_policy = ?2, kv_budget = ?3 WHERE id = ?1",
+                   unit(id));
+  update.bind(1, id).bind(2, policy).bind(3, kv_budget).run();
+  if (db_.changes() == 0) throw NotFound(db_.file(), unit(id), "no such conversation");
+}
+
+void ConversationRepository::truncate(std::int64_t conversation_id, std::int64_t from_index) {
+  Statement del(db_, "DELETE FROM utterances WHERE conversation_id = ?1 AND idx >= ?2",
+                unit(conversation_id));
+  del.bind(1, conversation_id).bind(2, from_index).run();
 }
 
 void ConversationRepository::remove(std::int64_t id) {

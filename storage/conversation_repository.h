@@ -26,7 +26,12 @@ class ConversationRepository {
   std::vector<Conversation> list();    // most recently updated first
   void rename(std::int64_t id, const std::string& new_name);
   void set_model_fingerprint(std::int64_t id, const std::string& model_fingerprint);
+  // The conversation's memory policy spec and KV budget (throws NotFound; a negative budget is a
+  // StoreError).
+  void set_memory_policy(std::int64_t id, const std::string& policy, std::int64_t kv_budget);
   void remove(std::int64_t id);  // throws NotFound
+  // Deletes utterances [from_index, end): a replaced tail (regenerate, a failed turn).
+  void truncate(std::int64_t conversation_id, std::int64_t from_index);
 
   // Stores `utterance` at the next index of the conversation (its conversation_id and index are
   // assigned; time_ms 0 means now) and touches the conversation's updated_ms.

@@ -18,6 +18,10 @@ struct Conversation {
   // The model (weights + RoPE settings) last used with it; lets a UI say "caches will be
   // rebuilt" without opening blobs.
   std::string model_fingerprint;
+  // The memory policy spec ("streaming", "snapkv:window=32"; empty = the app's default) and the
+  // KV budget per layer it runs with (0 = the policy's default). Schema version 3.
+  std::string memory_policy;
+  std::int64_t kv_budget = 0;
 };
 
 struct Utterance {

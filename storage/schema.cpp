@@ -110,9 +110,15 @@ constexpr const char* kVersion2 = R"sql(
 ALTER TABLE conversations ADD COLUMN model_fingerprint TEXT NOT NULL DEFAULT '';
 )sql";
 
+constexpr const char* kVersion3 = R"sql(
+ALTER TABLE conversations ADD COLUMN memory_policy TEXT NOT NULL DEFAULT '';
+ALTER TABLE conversations ADD COLUMN kv_budget INTEGER NOT NULL DEFAULT 0 CHECK (kv_budget >= 0);
+)sql";
+
 constexpr Migration kMigrations[] = {
     {1, "conversations, utterances, memory, episodes, embeddings and the KV blob index", kVersion1},
     {2, "conversations remember the model fingerprint they were last run with", kVersion2},
+    {3, "conversations keep their memory policy and KV budget", kVersion3},
 };
 
 }  // namespace

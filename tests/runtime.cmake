@@ -3,3 +3,5 @@ engram_add_test(test_attention SOURCES test_attention.cpp TORCH)
 engram_add_test(test_kv_sources SOURCES test_kv_sources.cpp TORCH)
 engram_add_test(test_sampler SOURCES test_sampler.cpp TORCH)
 engram_add_test(test_static_decode SOURCES test_static_decode.cpp TORCH)
+# The memory engine (issue 14): policies through one runner against dense full attention.
+engram_add_test(test_memory_policies SOURCES test_memory_policies.cpp TORCH)

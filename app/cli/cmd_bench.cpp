@@ -48,7 +48,9 @@ int run_bench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "restore") return run_bench_restore(argc, argv);
   auto with_value = model_flags_with_value();
   with_value.insert({"tokens", "decode-tokens", "repeat", "json", "trace", "hbm-gbps", "chunk"});
+  with_value.merge(policy_flags());
   const Args args(argc, argv, 2, with_value, {});
+  (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
   const auto pos = args.positional();
   if (pos.size() != 1 || (pos[0] != "prefill" && pos[0] != "decode")) {
     throw UsageError("bench needs a mode: prefill, decode or restore");
@@ -64,16 +66,24 @@ int run_bench(int argc, char** argv) {
   const std::vector<int64_t> prompt = random_ids(tokens, c.vocab_size, 7);
   const KvCacheShape kv_shape{c.num_layers, c.num_kv_heads, c.head_dim};
   const int64_t chunk = args.integer("chunk", tokens);
+  const auto policy = policy_from_args(args, "full", model, std::min<int64_t>(chunk, 512));
+  const int64_t block = policy->budget() > 0 ? std::min<int64_t>(chunk, 512) : chunk;
 
   std::unique_ptr<TraceFileWriter> trace_file;
   if (args.has("trace")) trace_file = std::make_unique<TraceFileWriter>(args.str("trace", ""));
 
   std::vector<double> rates;
   std::vector<double> ttfts;
+  int64_t peak_kv = 0;
   for (int64_t run = -1; run < repeat; ++run) {  // run -1 warms up kernels and the allocator
     const bool last = run == repeat - 1;
-    KvCache cache(kv_shape, 1, tokens + (mode == "decode" ? decode_tokens : 0), decoder.dtype(),
-                  decoder.device());
+    // Full KV preallocates the whole request (as before policies); a bounded policy gets its
+    // fixed working set of budget + one block.
+    KvWorkingSet ws(kv_shape,
+                    policy->budget() > 0 ? policy->budget() + block
+                                         : tokens + (mode == "decode" ? decode_tokens : 0),
+                    decoder.dtype(), decoder.device(), c.max_positions);
+    const auto run_policy = policy->clone();
     if (mode == "prefill") {
       gpu::DeviceTimeline timeline(decoder.device());
       std::unique_ptr<TraceRecorder> trace;
@@ -82,7 +92,8 @@ int run_bench(int argc, char** argv) {
       }
       gpu::synchronize(decoder.device());
       const auto t0 = std::chrono::steady_clock::now();
-      const at::Tensor logits = prefill(decoder, cache, prompt, chunk, timeline, trace.get());
+      const at::Tensor logits =
+          prefill(decoder, *run_policy, ws, prompt, block, timeline, trace.get());
       (void)logits.argmax().item<int64_t>();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (trace) trace->flush();
@@ -91,10 +102,11 @@ int run_bench(int argc, char** argv) {
       GenerationOptions options;
       options.max_new_tokens = decode_tokens;
       options.stop_at_eos = false;
-      options.prefill_chunk = chunk;
+      options.prefill_chunk = block;
       options.observer = last ? trace_file.get() : nullptr;
       options.trace = last && trace_file;
-      const GenerationResult r = generate(decoder, cache, {}, prompt, options, {});
+      const GenerationResult r = generate(decoder, *run_policy, ws, {}, prompt, options, {});
+      peak_kv = r.peak_kv_tokens;
       if (run >= 0) {
         rates.push_back(r.decode_tokens_per_s);
         ttfts.push_back(r.time_to_first_token_ms);
@@ -106,6 +118,9 @@ int run_bench(int argc, char** argv) {
   nlohmann::json out;
   out["benchmark"] = "engram-" + mode;
   out["model"] = model.name;
+  out["policy"] = policy->spec();
+  out["kv_budget"] = policy->budget();
+  out["peak_kv_tokens"] = peak_kv;
   out["device"] = info.name;
   out["torch"] = info.torch_version;
   out["dtype"] = c10::toString(decoder.dtype());

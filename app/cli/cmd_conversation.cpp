@@ -55,22 +55,13 @@ std::vector<int64_t> encode_prompt(const Tokenizer& tokenizer, const std::string
   return ids;
 }
 
-// Makes `cache` hold exactly `ids` (keeping the common prefix with `cached`); returns the
-// prefill time of what had to be added.
-double sync_cache(const Decoder& decoder, KvCache& cache, std::vector<int64_t>& cached,
-                  const std::vector<int64_t>& ids) {
-  size_t common = 0;
-  while (common < cached.size() && common < ids.size() && cached[common] == ids[common])
-    ++common;
-  cache.truncate(0, static_cast<int64_t>(common));
-  cached.resize(common);
-  if (common == ids.size()) return 0;
+// Prefills `ids` into an empty working set under `policy`; returns the prefill time.
+double prefill_history(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
+                       const std::vector<int64_t>& ids, int64_t* peak) {
   GenerationOptions fill;
-  fill.max_new_tokens = 1;
-  const std::vector<int64_t> rest(ids.begin() + static_cast<std::ptrdiff_t>(common), ids.end());
-  const GenerationResult r = generate(decoder, cache, cached, rest, fill, {});
-  cache.truncate(0, std::min<int64_t>(cache.lengths()[0], static_cast<int64_t>(ids.size())));
-  cached = ids;
+  fill.max_new_tokens = 1;  // the last token needs no forward pass: a prefill alone
+  const GenerationResult r = generate(decoder, policy, ws, {}, ids, fill, {});
+  *peak = std::max(*peak, r.peak_kv_tokens);
   return r.prefill_ms;
 }
 
@@ -136,13 +127,11 @@ int run_export_conversation(int argc, char** argv) {
 
 int run_eval_conversation(int argc, char** argv) {
   auto with_value = model_flags_with_value();
-  with_value.insert({"episodes", "policy", "json", "min-tokens", "max-tokens", "questions-per-type",
-                     "max-answer-tokens"});
+  with_value.insert(
+      {"episodes", "json", "min-tokens", "max-tokens", "questions-per-type", "max-answer-tokens"});
+  with_value.merge(policy_flags());
   const Args args(argc, argv, 3, with_value, {});
-  const std::string policy = args.str("policy", "full");
-  if (policy != "full")
-    throw UsageError("--policy '" + policy + "' is not available yet; only 'full' (the whole " +
-                     "history in the KV cache) is");
+  (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
   const int64_t episodes = positive(args, "episodes", 20);
   const int64_t first = args.integer("seed", static_cast<int64_t>(env::kHeldOutSeedBase));
   if (first < 0) throw UsageError("--seed must not be negative");
@@ -157,7 +146,12 @@ int run_eval_conversation(int argc, char** argv) {
   const Tokenizer& tokenizer = *model.tokenizer;
   const Decoder& decoder = *model.decoder;
   const ModelConfig& mc = model.config;
-
+  constexpr int64_t kBlock = 512;
+  const auto policy = policy_from_args(args, "full", model, kBlock);
+  // Full KV must fit the model's positions (whole sessions leave from the front); a policy with
+  // a budget takes the whole history in blocks.
+  const bool bounded = policy->budget() > 0;
+  int64_t peak_kv = 0, evicted_sum = 0, rebuilt_questions = 0;
   env::QaTally tally;
   std::vector<double> ttft;
   nlohmann::json details = nlohmann::json::array();
@@ -174,8 +168,8 @@ int run_eval_conversation(int argc, char** argv) {
     // Whole sessions leave from the front when the model's context cannot hold the history.
     size_t begin = 0;
     std::vector<int64_t> history = encode_prompt(tokenizer, env::qa_history_prompt(u, 0, u.size()));
-    while (static_cast<int64_t>(history.size() + longest_suffix + 2) + max_answer >
-           mc.max_positions) {
+    while (!bounded && static_cast<int64_t>(history.size() + longest_suffix + 2) + max_answer >
+                           mc.max_positions) {
       const int32_t session = u[begin].session;
       while (begin < u.size() && u[begin].session == session)
         ++begin;
@@ -187,38 +181,49 @@ int run_eval_conversation(int argc, char** argv) {
     truncated += begin > 0;
     history_tokens_sum += static_cast<int64_t>(history.size());
 
-    KvCache cache({mc.num_layers, mc.num_kv_heads, mc.head_dim}, 1, mc.max_positions,
-                  decoder.dtype(), decoder.device());
-    std::vector<int64_t> cached;
-    prefill_ms_sum += sync_cache(decoder, cache, cached, history);
+    // The history's working set, forked for every question (its own copy of the policy too).
+    const auto base_ws = working_set_for(*policy, model, kBlock);
+    const auto base_policy = policy->clone();
+    prefill_ms_sum += prefill_history(decoder, *base_policy, *base_ws, history, &peak_kv);
+    const auto ws = working_set_for(*policy, model, kBlock);
 
     for (const env::Question& q : c.questions) {
       const std::vector<int64_t> prompt =
           encode_prompt(tokenizer, env::qa_history_prompt(u, begin, u.size()) +
                                        env::qa_question_suffix(q.question));
       size_t common = 0;
-      while (common < cached.size() && common + 1 < prompt.size() &&
-             cached[common] == prompt[common])
+      while (common < history.size() && common + 1 < prompt.size() &&
+             history[common] == prompt[common])
         ++common;
-      cache.truncate(0, static_cast<int64_t>(common));
-      cached.resize(common);
+      ws->assign(*base_ws);
+      auto question_policy = base_policy->clone();
+      if (!ws->truncate(static_cast<int64_t>(common))) {
+        // The prompt leaves the history inside what the policy compacted: prefill it whole.
+        ws->clear();
+        question_policy = policy->clone();
+        common = 0;
+        ++rebuilt_questions;
+      }
+      const std::vector<int64_t> cached(history.begin(),
+                                        history.begin() + static_cast<std::ptrdiff_t>(common));
       GenerationOptions options;
       options.max_new_tokens = max_answer;  // greedy: temperature 0 is the default
+      options.prefill_chunk = kBlock;
       const std::vector<int64_t> fresh(prompt.begin() + static_cast<std::ptrdiff_t>(common),
                                        prompt.end());
       TokenStream stream(tokenizer);
       std::string text;
-      const GenerationResult r = generate(decoder, cache, cached, fresh, options, [&](int64_t t) {
-        text += stream.push(static_cast<int32_t>(t));
-        return text.find('\n') == std::string::npos;
-      });
+      const GenerationResult r =
+          generate(decoder, *question_policy, *ws, cached, fresh, options, [&](int64_t t) {
+            text += stream.push(static_cast<int32_t>(t));
+            return text.find('\n') == std::string::npos;
+          });
+      peak_kv = std::max(peak_kv, r.peak_kv_tokens);
+      evicted_sum += r.evicted_tokens;
       if (r.stop_reason != "stop") text += stream.finish();
       std::string answer = text.substr(0, text.find('\n'));
       answer.erase(0, answer.find_first_not_of(" \t"));
       answer.erase(answer.find_last_not_of(" \t\r") + 1);
-      // Back to the history alone for the next question (a re-prefill, if the prompt's tokens
-      // diverged from the history's before its end, is no question's time).
-      sync_cache(decoder, cache, cached, history);
 
       tally.add(q.type, answer, q.answer);
       ttft.push_back(r.time_to_first_token_ms);
@@ -251,6 +256,10 @@ int run_eval_conversation(int argc, char** argv) {
   }
   std::printf("%-18s %6lld %8.3f %8.3f\n", "all", static_cast<long long>(all.count),
               all.exact_match, all.f1);
+  std::printf("memory policy %s, KV budget %s, peak KV %lld tokens per layer\n",
+              policy->spec().c_str(),
+              bounded ? std::to_string(policy->budget()).c_str() : "unbounded",
+              static_cast<long long>(peak_kv));
   std::printf(
       "time to first token: mean %.1f ms, p50 %.1f ms, p95 %.1f ms (history in the KV "
       "cache, question prefilled); history %.0f tokens, prefill %.1f ms per conversation; "
@@ -264,7 +273,11 @@ int run_eval_conversation(int argc, char** argv) {
   if (args.has("json")) {
     const nlohmann::json j = {
         {"model", model.name},
-        {"policy", policy},
+        {"policy", policy->spec()},
+        {"kv_budget", policy->budget()},
+        {"peak_kv_tokens", peak_kv},
+        {"questions_rebuilt_from_text", rebuilt_questions},
+        {"evicted_tokens", evicted_sum},
         {"device", decoder.device().str()},
         {"dtype", c10::toString(decoder.dtype())},
         {"episodes", episodes},

@@ -28,16 +28,16 @@ struct TypeTally {
 
 int run_eval_embodied(int argc, char** argv) {
   auto with_value = model_flags_with_value();
-  with_value.insert({"episodes", "tasks", "max-steps", "policy", "json"});
+  with_value.insert({"episodes", "tasks", "max-steps", "json"});
+  with_value.merge(policy_flags());
   const Args args(argc, argv, 3, with_value, {});
-  const std::string policy = args.str("policy", "full");
-  if (policy != "full") {
-    throw UsageError("--policy " + policy + " is not available yet (full)");
-  }
+  (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
   const int64_t episodes = args.integer("episodes", 20);
   // Held-out seeds: training exports use seeds from 100000 on (tools/train_engram_tiny.py).
   const auto first_seed = static_cast<uint64_t>(args.integer("seed", 1));
   LoadedModel model = load_text_model_from_args(args, "eval");
+  const auto policy = policy_from_args(args, "full", model, 512);
+  int64_t peak_kv = 0;
 
   std::map<std::string, TypeTally> by_type;
   std::vector<double> ttfts;
@@ -55,7 +55,8 @@ int run_eval_embodied(int argc, char** argv) {
       // (a 15-step task needs it near 1).
       const std::optional<env::Action> expert =
           env::expert_next_action(session.world(), *session.current_task());
-      const PlannerProposal proposal = propose_action(model, session);
+      const PlannerProposal proposal = propose_action(model, session, policy.get());
+      peak_kv = std::max(peak_kv, proposal.peak_kv_tokens);
       ttfts.push_back(proposal.time_to_first_token_ms);
       invalid += proposal.parsed ? 0 : 1;
       agreed += expert && *expert == proposal.action;
@@ -94,7 +95,9 @@ int run_eval_embodied(int argc, char** argv) {
   nlohmann::json out;
   out["benchmark"] = "eval-embodied";
   out["model"] = model.name;
-  out["policy"] = policy;
+  out["policy"] = policy->spec();
+  out["kv_budget"] = policy->budget();
+  out["peak_kv_tokens"] = peak_kv;
   out["episodes"] = episodes;
   out["first_seed"] = first_seed;
   out["tasks"] = tasks;

@@ -13,6 +13,7 @@
 #include "core/engine/chat_session.h"
 #include "core/engine/conversation_store.h"
 #include "core/model/model_error.h"
+#include "core/policies/policy_registry.h"
 #include "core/tokenizer/token_stream.h"
 #include "core/trace/trace_file_writer.h"
 #include "storage/database.h"
@@ -25,6 +26,7 @@ std::set<std::string> generation_flags() {
   auto f = model_flags_with_value();
   f.insert({"prompt", "max-tokens", "temperature", "top-p", "top-k", "repetition-penalty", "trace",
             "system", "ids"});
+  f.merge(policy_flags());
   return f;
 }
 
@@ -46,10 +48,10 @@ GenerationOptions generation_options(const Args& args, EngineObserver* observer)
 void print_stats(const GenerationResult& r, int64_t reused) {
   std::fprintf(stderr,
                "[%lld prompt tokens (%lld reused), %zu generated, first token %.1f ms, "
-               "%.1f tokens/s, stop: %s]\n",
+               "%.1f tokens/s, peak KV %lld tokens, stop: %s]\n",
                static_cast<long long>(r.prompt_tokens + reused), static_cast<long long>(reused),
                r.tokens.size(), r.time_to_first_token_ms, r.decode_tokens_per_s,
-               r.stop_reason.c_str());
+               static_cast<long long>(r.peak_kv_tokens), r.stop_reason.c_str());
 }
 
 }  // namespace
@@ -62,15 +64,14 @@ int run_generate(int argc, char** argv) {
   std::unique_ptr<TraceFileWriter> trace;
   if (args.has("trace")) trace = std::make_unique<TraceFileWriter>(args.str("trace", ""));
   const GenerationOptions options = generation_options(args, trace.get());
+  (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
   LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
-  const ModelConfig& c = model.config;
+  const auto policy = policy_from_args(args, "full", model, options.prefill_chunk);
   std::vector<int64_t> ids;
   if (args.has("ids")) {
     ids = parse_ids(args.str("ids", ""));
-    KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1,
-                  static_cast<int64_t>(ids.size()) + options.max_new_tokens, model.decoder->dtype(),
-                  model.decoder->device());
-    const GenerationResult r = generate(*model.decoder, cache, {}, ids, options, {});
+    const auto ws = working_set_for(*policy, model, options.prefill_chunk);
+    const GenerationResult r = generate(*model.decoder, *policy, *ws, {}, ids, options, {});
     for (size_t i = 0; i < r.tokens.size(); ++i)
       std::printf(i ? ",%lld" : "%lld", static_cast<long long>(r.tokens[i]));
     std::printf("\n");
@@ -83,16 +84,15 @@ int run_generate(int argc, char** argv) {
   if (model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
   for (int32_t id : model.tokenizer->encode(args.str("prompt", "")))
     ids.push_back(id);
-  KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1,
-                static_cast<int64_t>(ids.size()) + options.max_new_tokens, model.decoder->dtype(),
-                model.decoder->device());
+  const auto ws = working_set_for(*policy, model, options.prefill_chunk);
   TokenStream stream(*model.tokenizer);
-  const GenerationResult r = generate(*model.decoder, cache, {}, ids, options, [&](int64_t t) {
-    const std::string text = stream.push(static_cast<int32_t>(t));
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    return true;
-  });
+  const GenerationResult r =
+      generate(*model.decoder, *policy, *ws, {}, ids, options, [&](int64_t t) {
+        const std::string text = stream.push(static_cast<int32_t>(t));
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fflush(stdout);
+        return true;
+      });
   const std::string rest = stream.finish();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
@@ -121,8 +121,16 @@ int run_chat(int argc, char** argv) {
                                                  ? std::filesystem::path(args.str("profile", ""))
                                                  : storage::default_profile_dir());
   }
+  // New chats continue past the model's positions under the default policy (streaming).
+  const PolicyChoice choice = policy_choice_from_args(args, default_policy_spec());
   LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
-  ChatSession session(model, args.str("system", ""));
+  ChatSession session(model, args.str("system", ""), choice);
+  if (!session.policy_note().empty())
+    std::fprintf(stderr, "note: %s\n", session.policy_note().c_str());
+  std::fprintf(stderr, "memory policy: %s, KV budget %s\n", session.policy().spec().c_str(),
+               session.policy().budget() > 0
+                   ? (std::to_string(session.policy().budget()) + " tokens").c_str()
+                   : "unbounded");
   std::optional<ConversationStore> store;
   if (db) {
     store.emplace(*db);
@@ -164,6 +172,7 @@ int run_chat(int argc, char** argv) {
     });
     std::fputc('\n', stdout);
     print_stats(reply.generation, reply.reused_tokens);
+    if (!reply.memory_note.empty()) std::fprintf(stderr, "%s\n", reply.memory_note.c_str());
     if (store) store->save(conversation, session);
   }
   return 0;

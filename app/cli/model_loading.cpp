@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "core/model/model_error.h"
+#include "core/policies/policy_registry.h"
 
 namespace engram::cli {
 
@@ -55,6 +56,47 @@ LoadedModel load_text_model_from_args(const Args& args, const std::string& comma
   if (!m.tokenizer)
     throw ModelError(args.str("model", ""), command + " needs tokenizer.model in the model folder");
   return m;
+}
+
+std::set<std::string> policy_flags() {
+  return {"policy", "kv-budget"};
+}
+
+PolicyChoice policy_choice_from_args(const Args& args, const std::string& fallback) {
+  PolicyChoice choice{args.str("policy", fallback), args.integer("kv-budget", 0)};
+  try {
+    auto policy = make_policy(choice.spec);
+    if (choice.kv_budget < 0) throw std::invalid_argument("--kv-budget must not be negative");
+    if (choice.kv_budget > 0 && choice.kv_budget < 16)
+      throw std::invalid_argument("--kv-budget must be at least 16 tokens");
+    if (!policy->spec().empty() && policy->name() == "full" && choice.kv_budget > 0) {
+      throw std::invalid_argument(
+          "policy 'full' keeps every token; --kv-budget needs a policy "
+          "that evicts (streaming, snapkv)");
+    }
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  return choice;
+}
+
+std::unique_ptr<MemoryPolicy> policy_from_args(const Args& args, const std::string& fallback,
+                                               const LoadedModel& model, int64_t block) {
+  const PolicyChoice choice = policy_choice_from_args(args, fallback);
+  std::string note;
+  auto policy =
+      make_policy(choice.spec, choice.kv_budget, model.config.max_positions, block, &note);
+  if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  return policy;
+}
+
+std::unique_ptr<KvWorkingSet> working_set_for(const MemoryPolicy& policy, const LoadedModel& model,
+                                              int64_t block) {
+  const ModelConfig& c = model.config;
+  return std::make_unique<KvWorkingSet>(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim},
+                                        policy.budget() > 0 ? policy.budget() + block : 0,
+                                        model.decoder->dtype(), model.decoder->device(),
+                                        c.max_positions);
 }
 
 }  // namespace engram::cli

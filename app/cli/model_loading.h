@@ -6,6 +6,7 @@
 #include <string>
 
 #include "app/cli/cli_args.h"
+#include "core/engine/chat_session.h"
 #include "core/engine/loaded_model.h"
 
 namespace engram::cli {
@@ -14,6 +15,17 @@ namespace engram::cli {
 std::set<std::string> model_flags_with_value();
 
 LoadedModel load_model_from_args(const Args& args, bool allow_shape);
+
+// --policy NAME[:key=value,...] and --kv-budget TOKENS (core/policies/policy_registry.h); the
+// policy is checked here, before a model loads, so a typo fails at once.
+std::set<std::string> policy_flags();
+PolicyChoice policy_choice_from_args(const Args& args, const std::string& fallback);
+// The policy ready to run on `model` (budget resolved; a lowered budget is said on stderr).
+std::unique_ptr<MemoryPolicy> policy_from_args(const Args& args, const std::string& fallback,
+                                               const LoadedModel& model, int64_t block);
+// A working set sized for `policy`: budget + one block at fixed addresses, or growing for full KV.
+std::unique_ptr<KvWorkingSet> working_set_for(const MemoryPolicy& policy, const LoadedModel& model,
+                                              int64_t block);
 
 // A --model folder for a command that works on text (encodes prompts): its tokenizer.model is
 // required, the error names `command`.

@@ -5,14 +5,16 @@
 
 namespace engram::cli {
 
-PlannerProposal propose_action(LoadedModel& model, const env::HouseholdSession& session) {
+PlannerProposal propose_action(LoadedModel& model, const env::HouseholdSession& session,
+                               MemoryPolicy* policy) {
   constexpr int64_t kMaxActionTokens = 24;  // the longest action is ~12 tokens
   const env::EmbodiedPrompt prompt =
       env::build_embodied_prompt(session.memory(), *session.current_task(), session.task_actions());
-  const LineCompletion line = complete_line(model, prompt.text, kMaxActionTokens);
+  const LineCompletion line = complete_line(model, prompt.text, kMaxActionTokens, policy);
   PlannerProposal p;
   p.text = line.text;
   p.time_to_first_token_ms = line.time_to_first_token_ms;
+  p.peak_kv_tokens = line.peak_kv_tokens;
   std::optional<env::Action> action = env::parse_action(line.text, &p.parse_error);
   p.parsed = action.has_value();
   // An unparseable proposal still costs a step; the world refuses it and records why.

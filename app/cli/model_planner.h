@@ -9,6 +9,7 @@
 #include "core/engine/loaded_model.h"
 #include "core/env/household_action.h"
 #include "core/env/household_session.h"
+#include "core/policies/memory_policy.h"
 
 namespace engram::cli {
 
@@ -18,9 +19,12 @@ struct PlannerProposal {
   bool parsed = false;
   std::string parse_error;  // when !parsed: action is a placeholder the world refuses
   double time_to_first_token_ms = 0;
+  int64_t peak_kv_tokens = 0;
 };
 
 // One proposal for the session's current task (the session must not be finished).
-PlannerProposal propose_action(LoadedModel& model, const env::HouseholdSession& session);
+// `policy` (may be null: full KV) bounds the prompt's KV.
+PlannerProposal propose_action(LoadedModel& model, const env::HouseholdSession& session,
+                               MemoryPolicy* policy = nullptr);
 
 }  // namespace engram::cli

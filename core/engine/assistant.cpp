@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "core/model/dtype.h"
 #include "core/model/model_error.h"
+#include "core/policies/policy_registry.h"
 #include "storage/conversation_repository.h"
 #include "storage/database.h"
 #include "storage/profile_paths.h"
@@ -67,6 +68,8 @@ const char* memory_location_name(MemoryLocation location) {
       return "disk";
     case MemoryLocation::kNone:
       return "text only";
+    case MemoryLocation::kEvicted:
+      return "evicted";
   }
   return "?";
 }
@@ -81,6 +84,7 @@ struct Assistant::State {
   std::atomic<bool> cancel{false};
   EngineObserver* observer = nullptr;
   bool trace = true;
+  MemoryPolicyChoice policy = Assistant::default_memory_policy();
   bool generating = false;
   int64_t generating_from_tokens = 0;     // cache length when the open turn began
   std::optional<StoredSessionKv> stored;  // the open conversation's KV in the store (its index)
@@ -99,7 +103,8 @@ struct Assistant::State {
     session.reset();
     kv_pending = false;
     if (!model) return;
-    session = std::make_unique<ChatSession>(*model);
+    session = std::make_unique<ChatSession>(*model, std::string{},
+                                            PolicyChoice{policy.spec, policy.kv_budget});
     std::vector<ChatMessage> history;
     for (const auto& m : messages)
       history.push_back({m.role, m.text});
@@ -109,8 +114,18 @@ struct Assistant::State {
 
   // One unit per message of `history` (plus the tokens past them) when the first `kv_tokens`
   // tokens of the rendered conversation have KV at `where`, `per_token` bytes each.
+  // `presence` (when given) is the share of layers and KV heads in whose attention each token
+  // of the stream still is: a policy moves tokens out.
   void add_units(MemorySnapshot& snap, const std::vector<ChatMessage>& history, int64_t kv_tokens,
-                 MemoryLocation where, int64_t per_token, bool on_disk) {
+                 MemoryLocation where, int64_t per_token, bool on_disk,
+                 const std::vector<float>* presence = nullptr) {
+    const auto in_attention = [&](int64_t from, int64_t n) {
+      if (!presence) return n;
+      double sum = 0;
+      for (int64_t i = from; i < from + n && i < static_cast<int64_t>(presence->size()); ++i)
+        sum += (*presence)[static_cast<size_t>(i)];
+      return static_cast<int64_t>(sum + 0.5);
+    };
     const char* full = on_disk ? "stored" : "cached";
     const char* part = on_disk ? "partly stored" : "partly cached";
     const std::vector<int64_t> ends = message_ends(history);
@@ -129,9 +144,14 @@ struct Assistant::State {
       u.preview = preview_of(history[i].content);
       u.tokens = end - begin;
       const int64_t with_kv = std::clamp<int64_t>(kv_tokens - begin, 0, u.tokens);
-      if (with_kv == u.tokens && u.tokens > 0) {
+      const int64_t kept = in_attention(begin, with_kv);
+      u.attention_tokens = kept;
+      if (with_kv > 0 && kept == 0) {
+        u.location = MemoryLocation::kEvicted;
+        u.state = "evicted";
+      } else if (with_kv == u.tokens && u.tokens > 0) {
         u.location = where;
-        u.state = full;
+        u.state = kept < with_kv ? "partly evicted" : full;
       } else if (with_kv > 0) {
         u.location = where;
         u.state = part;
@@ -139,8 +159,10 @@ struct Assistant::State {
         u.location = MemoryLocation::kNone;
         u.state = "text only";
       }
-      u.bytes = with_kv * per_token;
-      count(u, with_kv);
+      u.bytes = kept * per_token;
+      count(u, kept);
+      if (kept < with_kv)
+        snap.tokens_by_location[static_cast<int>(MemoryLocation::kEvicted)] += with_kv - kept;
       snap.units.push_back(u);
       begin = end;
     }
@@ -153,10 +175,11 @@ struct Assistant::State {
       u.role = "assistant";
       u.preview = generating ? "(reply being generated)" : "(generation prompt)";
       u.tokens = kv_tokens - begin;
+      u.attention_tokens = in_attention(begin, u.tokens);
       u.location = where;
-      u.bytes = u.tokens * per_token;
+      u.bytes = u.attention_tokens * per_token;
       u.state = generating ? "generating" : full;
-      count(u, u.tokens);
+      count(u, u.attention_tokens);
       snap.units.push_back(u);
     }
   }
@@ -227,6 +250,10 @@ struct Assistant::State {
     s.tokens_per_s = r.generation.decode_tokens_per_s;
     s.total_ms = total_ms;
     s.stop_reason = r.generation.stop_reason;
+    s.evicted_tokens = r.evicted_tokens;
+    s.attention_tokens = r.attention_tokens;
+    s.conversation_tokens = r.stream_tokens;
+    s.memory_note = r.memory_note;
     return s;
   }
 
@@ -390,6 +417,7 @@ std::vector<ConversationInfo> Assistant::search_conversations(const std::string&
 
 ConversationInfo Assistant::new_conversation(const std::string& name) {
   const auto c = s_->repo().create(s_->unique_name(name), s_->info.fingerprint);
+  s_->repo().set_memory_policy(c.id, s_->policy.spec, s_->policy.kv_budget);
   s_->conversation = c.id;
   s_->messages.clear();
   s_->stored.reset();
@@ -401,7 +429,19 @@ OpenedConversation Assistant::open_conversation(int64_t id) {
   auto repo = s_->repo();
   const bool already_open = s_->conversation == id && s_->session;
   OpenedConversation opened;
-  opened.info = info_of(repo.load(id));
+  const storage::Conversation row = repo.load(id);
+  opened.info = info_of(row);
+  // The conversation's own policy; an unknown one (a newer Engram's) falls back to the default.
+  opened.policy = {row.memory_policy, row.kv_budget};
+  try {
+    if (opened.policy.spec.empty()) throw std::invalid_argument("no policy stored");
+    opened.policy.spec = make_policy(opened.policy.spec)->spec();
+  } catch (const std::invalid_argument&) {
+    opened.policy = default_memory_policy();
+  }
+  const bool same_policy =
+      opened.policy.spec == s_->policy.spec && opened.policy.kv_budget == s_->policy.kv_budget;
+  s_->policy = opened.policy;
   for (const auto& u : repo.utterances(id))
     opened.messages.push_back({u.role, u.text});
   if (!s_->info.fingerprint.empty() && !opened.info.model_fingerprint.empty() &&
@@ -413,7 +453,8 @@ OpenedConversation Assistant::open_conversation(int64_t id) {
   s_->conversation = id;
   s_->messages = opened.messages;
   s_->stored = std::move(stored);
-  if (!already_open) s_->rebuild_session();  // keeps the cache of the open conversation
+  // keeps the cache of the open conversation
+  if (!already_open || !same_policy) s_->rebuild_session();
   return opened;
 }
 
@@ -463,7 +504,7 @@ ReplyStats Assistant::send(const std::string& user_text, const AssistantSampling
   repo.append(id, {0, 0, "user", user_text, 0, 0, 0});
   s_->cancel = false;
   s_->generating = true;
-  s_->generating_from_tokens = s_->session->cache().lengths()[0];
+  s_->generating_from_tokens = s_->session->cached_tokens();
   const auto t0 = std::chrono::steady_clock::now();
   ChatReply reply;
   try {
@@ -492,7 +533,7 @@ ReplyStats Assistant::regenerate(const AssistantSampling& sampling,
   if (s_->kv_pending) restore_memory();
   s_->cancel = false;
   s_->generating = true;
-  s_->generating_from_tokens = s_->session->cache().lengths()[0];
+  s_->generating_from_tokens = s_->session->cached_tokens();
   const auto t0 = std::chrono::steady_clock::now();
   ChatReply reply;
   try {
@@ -600,11 +641,54 @@ MemorySnapshot Assistant::memory() const {
     s_->add_units(snap, history, s_->stored->tokens, MemoryLocation::kDisk,
                   s_->stored->kv_bytes / s_->stored->tokens, /*on_disk=*/true);
   } else {
-    s_->add_units(snap, history, cache.lengths()[0],
+    // Share of (layer, head) lists holding each stream token: the policy's evictions.
+    const KvWorkingSet& ws = s_->session->working_set();
+    const at::Tensor slots = ws.slot_stream().reshape({-1});
+    std::vector<float> presence(static_cast<size_t>(ws.stream_tokens()), 0.0f);
+    if (slots.numel() > 0) {
+      const at::Tensor counts = at::bincount(slots, {}, ws.stream_tokens()).to(at::kFloat) /
+                                static_cast<float>(cache.shape().layers * cache.shape().kv_heads);
+      std::copy(counts.data_ptr<float>(), counts.data_ptr<float>() + counts.numel(),
+                presence.begin());
+    }
+    s_->add_units(snap, history, ws.stream_tokens(),
                   cache.device().is_cuda() ? MemoryLocation::kGpu : MemoryLocation::kCpu,
-                  s_->info.kv_bytes_per_token, /*on_disk=*/false);
+                  s_->info.kv_bytes_per_token, /*on_disk=*/false, &presence);
   }
   return snap;
+}
+
+std::vector<MemoryPolicyInfo> Assistant::memory_policies() {
+  std::vector<MemoryPolicyInfo> out;
+  for (const PolicyDescription& d : policy_catalog())
+    out.push_back({d.name, d.summary, d.bounded});
+  return out;
+}
+
+MemoryPolicyChoice Assistant::default_memory_policy() {
+  return {default_policy_spec(), 0};
+}
+
+MemoryPolicyChoice Assistant::memory_policy() const {
+  return s_->policy;
+}
+
+void Assistant::set_memory_policy(const MemoryPolicyChoice& choice) {
+  // Checked before anything changes: an unknown name or an impossible budget throws here.
+  auto checked = make_policy(choice.spec.empty() ? default_policy_spec() : choice.spec);
+  if (s_->model) {
+    const int64_t positions = s_->model->config.max_positions;
+    (void)effective_budget(*checked, choice.kv_budget, positions,
+                           std::min<int64_t>(512, positions / 4));
+  } else if (choice.kv_budget < 0) {
+    throw std::invalid_argument("the KV budget must not be negative");
+  }
+  const MemoryPolicyChoice next{checked->spec(), choice.kv_budget};
+  if (s_->conversation) s_->repo().set_memory_policy(*s_->conversation, next.spec, next.kv_budget);
+  if (next.spec == s_->policy.spec && next.kv_budget == s_->policy.kv_budget) return;
+  s_->policy = next;
+  s_->stored.reset();  // a working set kept under another policy is rebuilt from the text
+  s_->rebuild_session();
 }
 
 void Assistant::set_observer(EngineObserver* observer, bool trace) {

@@ -69,10 +69,18 @@ struct ConversationMessage {
   std::string text;
 };
 
+// A memory policy (core/policies) by spec ("streaming", "snapkv:window=32") and the KV budget
+// attention sees per layer (0 = the policy's default: the model's positions less one block).
+struct MemoryPolicyChoice {
+  std::string spec;
+  int64_t kv_budget = 0;
+};
+
 struct OpenedConversation {
   ConversationInfo info;
   std::vector<ConversationMessage> messages;
-  std::string note;  // e.g. why stored KV could not be used; empty when nothing to say
+  std::string note;           // e.g. why stored KV could not be used; empty when nothing to say
+  MemoryPolicyChoice policy;  // the conversation's memory policy
 };
 
 struct ReplyStats {
@@ -85,13 +93,26 @@ struct ReplyStats {
   double tokens_per_s = 0;
   double total_ms = 0;
   std::string stop_reason;  // "eos", "length", "stop", "cancelled"
+  // The memory policy's side of the turn: what left attention, what attention holds of the
+  // whole conversation, and one line for the chat (empty when nothing moved).
+  int64_t evicted_tokens = 0;
+  int64_t attention_tokens = 0;
+  int64_t conversation_tokens = 0;
+  std::string memory_note;
+};
+
+struct MemoryPolicyInfo {
+  std::string name;
+  std::string summary;
+  bool bounded = true;  // takes a budget
 };
 
 // Where a unit's KV lives now. kDisk: in the profile's store, not loaded (restore_memory() brings
 // it in); kNone: only its text exists (it is prefilled on the next reply). kPinnedCpu is for KV
 // kept in page-locked host memory; today a restore only stages through it on its way to the GPU.
-enum class MemoryLocation : uint8_t { kGpu, kPinnedCpu, kCpu, kDisk, kNone };
-inline constexpr int kMemoryLocationCount = 5;
+// kEvicted: the policy moved it out of attention and no KV of it is kept (its text is).
+enum class MemoryLocation : uint8_t { kGpu, kPinnedCpu, kCpu, kDisk, kNone, kEvicted };
+inline constexpr int kMemoryLocationCount = 6;
 const char* memory_location_name(MemoryLocation location);
 
 // A memory unit of the open conversation. Today: one per utterance (its span of the rendered
@@ -106,8 +127,10 @@ struct MemoryUnit {
   MemoryLocation location = MemoryLocation::kNone;
   int64_t bytes = 0;
   int64_t version = 1;
-  // "cached", "partly cached", "generating", "text only", "stored", "partly stored"
+  // "cached", "partly cached", "generating", "text only", "stored", "partly stored", "evicted",
+  // "partly evicted"
   std::string state;
+  int64_t attention_tokens = 0;  // of `tokens`, in attention (mean over layers and KV heads)
 };
 
 struct MemorySnapshot {
@@ -207,6 +230,15 @@ class Assistant {
   MemorySave save_memory();
 
   MemorySnapshot memory() const;
+
+  // The memory policies a conversation can use, in menu order, and the one new chats get.
+  static std::vector<MemoryPolicyInfo> memory_policies();
+  static MemoryPolicyChoice default_memory_policy();
+  // The open conversation's policy (the default when none is open). Setting it checks the spec
+  // and budget against the loaded model (std::invalid_argument with a readable what()), stores
+  // it with the conversation, and rebuilds the working set from the text on the next reply.
+  MemoryPolicyChoice memory_policy() const;
+  void set_memory_policy(const MemoryPolicyChoice& choice);
 
   // Receives layer intervals and request summaries of every request (null: none). The trace
   // switch costs the CUDA graph replay of decode, so it can be turned off.

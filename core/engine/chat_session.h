@@ -1,8 +1,11 @@
-// A conversation with a loaded model. The session keeps the KV cache of everything said so far,
-// so a new turn prefills only its own tokens (the cached ids are compared with the newly
-// rendered prompt and the cache is cut back to the common prefix: regenerate and edits work
-// the same way). Replies stream as text that never splits a UTF-8 character or shows a partial
-// stop string; the template's reply delimiters (engram's quotes) are neither shown nor kept.
+// A conversation with a loaded model under a memory policy (core/policies). The session keeps the
+// stream of every token fed so far and a working set of their KV that the policy bounds, so a new
+// turn prefills only its own tokens and a chat longer than the model's positions keeps going
+// (positions are compacted). The cached stream is compared with the newly rendered prompt and cut
+// back to the common prefix (regenerate and edits work that way); a cut inside what the policy
+// compacted rebuilds the working set from the text. Replies stream as text that never splits a
+// UTF-8 character or shows a partial stop string; the template's reply delimiters (engram's
+// quotes) are neither shown nor kept.
 #pragma once
 
 #include <atomic>
@@ -13,19 +16,34 @@
 
 #include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
+#include "core/kv/working_set.h"
+#include "core/policies/memory_policy.h"
 
 namespace engram {
+
+// A memory policy by spec and budget (tokens of KV per layer; 0 = the policy's default).
+struct PolicyChoice {
+  std::string spec = "full";
+  int64_t kv_budget = 0;
+};
 
 struct ChatReply {
   std::string text;
   GenerationResult generation;
-  int64_t reused_tokens = 0;  // prompt tokens served from the session's cache
+  int64_t reused_tokens = 0;     // prompt tokens served from the session's working set
+  int64_t evicted_tokens = 0;    // tokens that left attention during this turn
+  int64_t attention_tokens = 0;  // KV slots per layer attention holds after the turn
+  int64_t stream_tokens = 0;     // tokens of the whole conversation so far
+  bool rebuilt = false;          // the working set was rebuilt from the text
+  std::string memory_note;       // one line on what moved out of attention; empty when nothing
 };
 
 class ChatSession {
  public:
-  // Throws ModelError when the model has no tokenizer or chat template.
-  explicit ChatSession(LoadedModel& model, std::string system_prompt = {});
+  // Throws ModelError when the model has no tokenizer or chat template, std::invalid_argument
+  // for an unknown policy or a budget it cannot use.
+  explicit ChatSession(LoadedModel& model, std::string system_prompt = {},
+                       PolicyChoice policy = {});
 
   // Adds the user's message, generates the reply, adds it to the history and returns it.
   // `on_text` receives the reply's text as it is generated.
@@ -35,20 +53,32 @@ class ChatSession {
   ChatReply regenerate(const GenerationOptions& options,
                        const std::function<void(const std::string&)>& on_text);
 
-  // Replaces the history (e.g. a stored conversation); the cache keeps the common prefix.
+  // Replaces the history (e.g. a stored conversation); the working set keeps the common prefix.
   void set_history(std::vector<ChatMessage> messages);
   const std::vector<ChatMessage>& history() const { return messages_; }
-  const KvCache& cache() const { return *cache_; }
+  const KvCache& cache() const { return ws_->cache(); }
+  const KvWorkingSet& working_set() const { return *ws_; }
+  KvWorkingSet& working_set() { return *ws_; }
+  const MemoryPolicy& policy() const { return *policy_; }
+  const PolicyChoice& policy_choice() const { return choice_; }
+  std::string policy_note() const { return policy_note_; }  // e.g. a lowered budget
   int64_t cached_tokens() const { return static_cast<int64_t>(cached_ids_.size()); }
-  // The tokens whose KV is in cache(), in order: prompts and the generated tokens fed back,
-  // which need not equal a re-tokenization of the reply text (a store saves them with the KV).
+  // The stream: every token fed, in order (prompts and the generated tokens fed back, which need
+  // not equal a re-tokenization of the reply text; a store saves them with the KV).
   const std::vector<int64_t>& cached_ids() const { return cached_ids_; }
   const LoadedModel& model() const { return model_; }
 
-  // Installs KV computed earlier for this model (a restored conversation): row 0 of `cache`
-  // holds the KV of `cached_ids`. The next reply reuses it like its own cache. Throws
-  // std::invalid_argument when layers, heads, head size, dtype, device or length do not fit;
-  // the session is then unchanged.
+  // Keeps the KV of tokens that leave attention until a store takes it (append-only persistence;
+  // ConversationStore turns it on). Off by default: without a store nothing is kept.
+  void keep_for_store(bool keep);
+
+  // Installs KV computed earlier for this model (a restored conversation): `cache` row 0 holds the
+  // working set, `slot_stream` ([L, H, n] or [1, 1, n]) which stream token each slot holds,
+  // `stream_ids` the stream. Throws std::invalid_argument when the layout does not fit; the
+  // session is then unchanged. `stored_from` is the first stream token the store lacks.
+  void adopt_working_set(const KvCache& cache, const at::Tensor& slot_stream,
+                         std::vector<int64_t> stream_ids, int64_t stored_from);
+  // Full KV restored as a plain cache: row 0 holds the KV of `cached_ids` at positions 0..n-1.
   void adopt_cache(std::unique_ptr<KvCache> cache, std::vector<int64_t> cached_ids);
   // Prefills the rendered history (without a generation prompt) past the cached prefix, so the
   // next reply computes only its own turn; returns the tokens prefilled (a rebuild from text).
@@ -57,11 +87,18 @@ class ChatSession {
  private:
   ChatReply generate_reply(const GenerationOptions& options,
                            const std::function<void(const std::string&)>& on_text);
+  // Cuts the stream to its common prefix with `ids` (keeping at least `keep_last` ids to
+  // compute); rebuilds from scratch when the cut falls inside compacted KV. Returns the kept count.
+  size_t sync_prefix(const std::vector<int64_t>& ids, size_t keep_last, bool* rebuilt);
+  std::string memory_note(const ChatReply& reply) const;
 
   LoadedModel& model_;
   std::vector<ChatMessage> messages_;
-  std::unique_ptr<KvCache> cache_;
-  std::vector<int64_t> cached_ids_;  // the tokens whose KV is in cache_, in order
+  PolicyChoice choice_;
+  std::unique_ptr<MemoryPolicy> policy_;
+  std::string policy_note_;
+  std::unique_ptr<KvWorkingSet> ws_;
+  std::vector<int64_t> cached_ids_;  // the stream
 };
 
 }  // namespace engram

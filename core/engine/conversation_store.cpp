@@ -42,6 +42,9 @@ storage::KvBlobKey blob_key(int64_t conversation_id, const char* kind, int64_t l
 }
 constexpr const char* kKvKind = ConversationStore::kUnitKind;
 constexpr const char* kIdsKind = "session_token_ids";
+// Which stream token each working-set slot holds, uint8 [L or 1, H or 1, slots, 8] (int64
+// little-endian); absent when the slots are the stream itself (full KV).
+constexpr const char* kSlotsKind = "session_slots";
 
 std::span<const std::byte> bytes_of(const at::Tensor& t) {
   return {static_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())};
@@ -65,7 +68,13 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // Why the stored layout cannot go into this session's cache; empty when it fits.
 std::string layout_problem(const storage::KvBlobRecord& kv, const storage::KvBlobRecord& ids,
                            const KvCacheShape& shape, at::ScalarType dtype) {
-  const int64_t tokens = ids.layout.shape.empty() ? -1 : ids.layout.shape[0];
+  // The KV holds the working set's slots: every stream token for full KV, fewer under a policy
+  // that evicts (a slot map then says which token each slot holds).
+  const int64_t stream = ids.layout.shape.empty() ? -1 : ids.layout.shape[0];
+  const int64_t tokens = kv.layout.shape.size() == 5 ? kv.layout.shape[3] : -1;
+  if (tokens < 0 || tokens > stream)
+    return "the stored KV has " + std::to_string(tokens) + " slots for " + std::to_string(stream) +
+           " token ids";
   const std::vector<int64_t> want{2, shape.layers, shape.kv_heads, tokens, shape.head_dim};
   if (ids.layout.dtype != "uint8" || ids.layout.shape.size() != 2 || ids.layout.shape[1] != 8)
     return "the token id blob has layout " + ids.layout.dtype + " " + shape_text(ids.layout.shape);
@@ -133,7 +142,8 @@ int64_t ConversationStore::save(const std::string& name, const ChatSession& sess
   // KV and the ids it was computed for, replacing the previous blobs.
   const KvCache& cache = session.cache();
   const KvCacheShape& shape = cache.shape();
-  const int64_t tokens = session.cached_tokens();
+  const KvWorkingSet& ws = session.working_set();
+  const int64_t tokens = ws.tokens();
   const std::string dtype = store_dtype(cache.dtype());
   if (tokens == 0 || dtype.empty()) {
     if (tokens > 0) {
@@ -142,6 +152,7 @@ int64_t ConversationStore::save(const std::string& name, const ChatSession& sess
     }
     blobs.remove_unit({id, kKvKind, id});
     blobs.remove_unit({id, kIdsKind, id});
+    blobs.remove_unit({id, kSlotsKind, id});
   } else {
     std::vector<at::Tensor> keys, values;
     for (int64_t l = 0; l < shape.layers; ++l) {
@@ -161,9 +172,24 @@ int64_t ConversationStore::save(const std::string& name, const ChatSession& sess
     // int64 ids as little-endian bytes (x86-64 and aarch64 are little-endian hosts).
     static_assert(std::endian::native == std::endian::little);
     const std::vector<int64_t>& ids = session.cached_ids();
-    storage::KvLayout ids_layout{"uint8", {tokens, 8}, {}};
+    storage::KvLayout ids_layout{"uint8", {static_cast<int64_t>(ids.size()), 8}, {}};
     blobs.put(blob_key(id, kIdsKind, shape.layers), ids_layout,
               std::as_bytes(std::span<const int64_t>(ids)), model.fingerprint);
+    at::Tensor slots = ws.slot_stream();  // [L, H, n]
+    const bool identity = static_cast<int64_t>(ids.size()) == tokens && ws.exact_slot() == 0;
+    if (identity) {
+      blobs.remove_unit({id, kSlotsKind, id});
+    } else {
+      // One row when every (layer, head) keeps the same tokens (streaming).
+      if (slots.eq(slots[0][0].unsqueeze(0).unsqueeze(0)).all().item<bool>())
+        slots = slots.narrow(0, 0, 1).narrow(1, 0, 1);
+      slots = slots.contiguous();
+      storage::KvLayout slots_layout{"uint8", {slots.size(0), slots.size(1), tokens, 8}, {}};
+      blobs.put(
+          blob_key(id, kSlotsKind, shape.layers), slots_layout,
+          {static_cast<const std::byte*>(slots.data_ptr()), static_cast<size_t>(slots.nbytes())},
+          model.fingerprint);
+    }
   }
   transaction.commit();
   return id;
@@ -210,7 +236,23 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
             {static_cast<std::byte*>(staging.data_ptr()), static_cast<size_t>(staging.nbytes())});
         out.open_ms = ms_since(t_open);
         const auto t_install = Clock::now();
-        const int64_t tokens = static_cast<int64_t>(ids.size());
+        const int64_t tokens = kv_record->layout.shape[3];
+        at::Tensor slots;  // [L or 1, H or 1, tokens]
+        if (tokens == static_cast<int64_t>(ids.size())) {
+          slots = at::arange(tokens, at::kLong).view({1, 1, tokens});
+        } else {
+          const auto slots_record =
+              blobs.find(blob_key(conversation->id, kSlotsKind, shape.layers));
+          if (!slots_record || slots_record->layout.shape.size() != 4 ||
+              slots_record->layout.shape[2] != tokens) {
+            throw std::invalid_argument("the slot map of the stored working set is missing");
+          }
+          slots = at::empty({slots_record->layout.shape[0], slots_record->layout.shape[1], tokens},
+                            at::kLong);
+          blobs.get(
+              slots_record->key, model.fingerprint,
+              {static_cast<std::byte*>(slots.data_ptr()), static_cast<size_t>(slots.nbytes())});
+        }
         const at::Tensor kv =
             staging.view(dtype).view({2, shape.layers, shape.kv_heads, tokens, shape.head_dim});
         const std::vector<int64_t>& pos = kv_record->layout.positions;
@@ -221,7 +263,8 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
                        kv[1][l].unsqueeze(0).to(device, /*non_blocking=*/true), positions);
         }
         cache->commit(tokens, {pos});
-        session.adopt_cache(std::move(cache), std::move(ids));
+        const int64_t stream = static_cast<int64_t>(ids.size());
+        session.adopt_working_set(*cache, slots, std::move(ids), stream);
         if (device.is_cuda()) gpu::synchronize(device);  // `staging` must outlive the copies
         out.install_ms = ms_since(t_install);
         out.kv_restored = true;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "core/kv/cache_kv_source.h"
+#include "core/policies/full_policy.h"
 #include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_timeline.h"
@@ -17,6 +18,53 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+std::string positions_error(int64_t tokens, int64_t max_positions, const MemoryPolicy& policy) {
+  return "the prompt has " + std::to_string(tokens) + " tokens; the model's maximum is " +
+         std::to_string(max_positions) + " positions (policy '" + policy.name() +
+         "' keeps every token; --policy streaming or snapkv continues past it)";
+}
+
+// Shrinks the working set to `target` slots through the policy; false when it cannot.
+bool shrink_to(MemoryPolicy& policy, KvWorkingSet& ws, const Decoder& decoder, int64_t target,
+               TraceRecorder* trace) {
+  if (ws.tokens() <= target) return true;
+  const std::optional<KeepPlan> plan = policy.shrink(ws.info(), target);
+  if (!plan) return false;
+  if (plan->kept() > target) throw std::logic_error(policy.name() + ": the plan keeps too much");
+  TraceRecorder::Open open;
+  if (trace) open = trace->begin(-1, TraceLane::kCompute, "evict");
+  const int64_t before = ws.tokens();
+  ws.apply(*plan, decoder.rope().inverse_frequencies());
+  if (trace) trace->end(open, before - ws.tokens());
+  return true;
+}
+
+// One forward of `tokens` at the working set's next positions, with the policy's hooks.
+at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
+                         const std::vector<int64_t>& tokens, ForwardPhase phase, int64_t step,
+                         gpu::DeviceTimeline& timeline, TraceRecorder* trace) {
+  const int64_t len = static_cast<int64_t>(tokens.size());
+  BlockInfo block;
+  block.phase = phase;
+  block.step = step;
+  block.fresh_tokens = len;
+  block.cached_tokens = ws.tokens();
+  block.will_evict = policy.budget() > 0 && ws.tokens() + len > policy.budget();
+  ForwardRequest req;
+  req.phase = phase;
+  req.tokens = {tokens};
+  req.positions = {std::vector<int64_t>(len)};
+  for (int64_t i = 0; i < len; ++i)
+    req.positions[0][i] = ws.next_position() + i;
+  req.probe_rows = policy.probe_rows(block);
+  if (!req.probe_rows.empty() || policy.wants_layers(phase))
+    req.on_layer = [&policy](const LayerView& view) { policy.on_layer(view); };
+  CacheKvSource source(ws.cache());
+  at::Tensor logits = decoder.forward(req, source, timeline, trace).logits;
+  ws.appended(len);
+  return logits;
+}
+
 }  // namespace
 
 int64_t next_request_id() {
@@ -24,40 +72,53 @@ int64_t next_request_id() {
   return next++;
 }
 
-at::Tensor prefill(const Decoder& decoder, KvCache& cache, const std::vector<int64_t>& tokens,
-                   int64_t chunk, gpu::DeviceTimeline& timeline, TraceRecorder* trace) {
+at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
+                   const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
+                   TraceRecorder* trace) {
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
-  CacheKvSource source(cache);
-  cache.ensure_room(static_cast<int64_t>(tokens.size()));
-  at::Tensor logits;
+  const int64_t max_positions = decoder.config().max_positions;
   const int64_t n = static_cast<int64_t>(tokens.size());
   chunk = chunk > 0 ? chunk : n;
-  for (int64_t begin = 0; begin < n; begin += chunk) {
-    const int64_t len = std::min(chunk, n - begin);
-    ForwardRequest req;
-    req.tokens = {std::vector<int64_t>(tokens.begin() + begin, tokens.begin() + begin + len)};
-    const int64_t start_pos = cache.lengths()[0];
-    req.positions = {std::vector<int64_t>(len)};
-    for (int64_t i = 0; i < len; ++i)
-      req.positions[0][i] = start_pos + i;
-    logits = decoder.forward(req, source, timeline, trace).logits;
+  if (!ws.fixed_capacity()) ws.cache().ensure_room(n);
+  at::Tensor logits;
+  for (int64_t begin = 0; begin < n;) {
+    int64_t len = std::min(chunk, n - begin);
+    if (ws.fixed_capacity()) {
+      // A fixed working set holds the budget plus one block; make room when it does not.
+      const int64_t room = ws.cache().capacity() - policy.budget();
+      len = std::min(len, std::max<int64_t>(1, room));
+      if (ws.tokens() + len > ws.cache().capacity() &&
+          !shrink_to(policy, ws, decoder, ws.cache().capacity() - len, trace)) {
+        throw std::logic_error("prefill: the working set is full and the policy keeps it");
+      }
+    }
+    if (ws.next_position() + len > max_positions &&
+        !shrink_to(policy, ws, decoder, max_positions - len, trace)) {
+      throw std::out_of_range(
+          positions_error(ws.stream_tokens() + n - begin, max_positions, policy));
+    }
+    const std::vector<int64_t> block(tokens.begin() + begin, tokens.begin() + begin + len);
+    logits = forward_block(decoder, policy, ws, block, ForwardPhase::kPrefill, 0, timeline, trace);
+    if (policy.budget() > 0 && ws.tokens() > policy.budget())
+      shrink_to(policy, ws, decoder, policy.budget(), trace);
+    begin += len;
   }
   return logits.view({-1});
 }
 
-GenerationResult generate(const Decoder& decoder, KvCache& cache,
+GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                           const std::vector<int64_t>& history,
                           const std::vector<int64_t>& new_tokens, const GenerationOptions& options,
                           const TokenFn& on_token) {
   const ModelConfig& config = decoder.config();
-  const int64_t total = static_cast<int64_t>(history.size() + new_tokens.size());
-  if (total + 1 > config.max_positions) {
-    throw std::out_of_range("the prompt has " + std::to_string(total) +
-                            " tokens; the model's maximum is " +
-                            std::to_string(config.max_positions) + " positions");
+  const bool bounded = policy.budget() > 0;
+  const int64_t total = ws.next_position() + static_cast<int64_t>(new_tokens.size());
+  if (!bounded && total + 1 > config.max_positions) {
+    throw std::out_of_range(
+        positions_error(ws.stream_tokens() + new_tokens.size(), config.max_positions, policy));
   }
-  if (cache.lengths()[0] != static_cast<int64_t>(history.size())) {
-    throw std::logic_error("generate: the cache does not hold exactly the history");
+  if (ws.stream_tokens() != static_cast<int64_t>(history.size())) {
+    throw std::logic_error("generate: the working set does not hold exactly the history");
   }
   GenerationResult result;
   result.prompt_tokens = static_cast<int64_t>(new_tokens.size());
@@ -70,18 +131,22 @@ GenerationResult generate(const Decoder& decoder, KvCache& cache,
   Sampler sampler(options.sampling);
   std::vector<int64_t> all = history;
   all.insert(all.end(), new_tokens.begin(), new_tokens.end());
+  const int64_t evicted_before = ws.evicted_tokens();
+  ws.reset_peak();
+  policy.begin_request(ws.info());
 
   const auto t0 = Clock::now();
-  const int64_t room = std::min(options.max_new_tokens, config.max_positions - total);
-  cache.ensure_room(static_cast<int64_t>(new_tokens.size()) + room);
+  const int64_t room = bounded ? options.max_new_tokens
+                               : std::min(options.max_new_tokens, config.max_positions - total);
+  if (!ws.fixed_capacity()) ws.cache().ensure_room(static_cast<int64_t>(new_tokens.size()) + room);
   at::Tensor logits =
-      prefill(decoder, cache, new_tokens, options.prefill_chunk, timeline, trace.get());
-  CacheKvSource source(cache);
-  // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h); a traced
-  // request keeps the per-layer path so that its layer timeline is exact.
+      prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get());
+  // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h) over the
+  // working set's fixed slots, whatever the policy keeps there; a traced request, or a policy that
+  // watches decode layers, keeps the per-layer path.
   std::unique_ptr<StaticDecodeStep> static_step;
-  if (decoder.device().is_cuda() && cache.batch() == 1 && !trace) {
-    static_step = std::make_unique<StaticDecodeStep>(decoder, cache);
+  if (decoder.device().is_cuda() && !trace && !policy.wants_layers(ForwardPhase::kDecode)) {
+    static_step = std::make_unique<StaticDecodeStep>(decoder, ws.cache());
   }
   const SamplingOptions& sampling = sampler.options();
   // The recorded step's argmax spans every row of the logits; a vocab limit needs the sampler.
@@ -114,21 +179,37 @@ GenerationResult generate(const Decoder& decoder, KvCache& cache,
     }
     if (step + 1 == room) break;  // the last token needs no forward pass
     if (trace) trace->set_phase("decode", step + 1);
+    if (const auto plan = policy.before_decode_step(ws.info())) {
+      TraceRecorder::Open open;
+      if (trace) open = trace->begin(-1, TraceLane::kCompute, "evict");
+      const int64_t before = ws.tokens();
+      ws.apply(*plan, decoder.rope().inverse_frequencies());
+      if (trace) trace->end(open, before - ws.tokens());
+    }
+    if (ws.next_position() + 1 > config.max_positions &&
+        !shrink_to(policy, ws, decoder, config.max_positions - 1, trace.get())) {
+      throw std::out_of_range(
+          positions_error(static_cast<int64_t>(all.size()), config.max_positions, policy));
+    }
+    if (!ws.fixed_capacity()) ws.cache().ensure_room(1);
     if (static_step) {
-      logits = static_step->step(token, cache.lengths()[0]);
+      logits = static_step->step(token, ws.next_position());
+      ws.appended(1);
       next_is_argmax = greedy;
       continue;
     }
-    ForwardRequest req;
-    req.tokens = {{token}};
-    req.positions = {{cache.lengths()[0]}};
-    logits = decoder.forward(req, source, timeline, trace.get()).logits.view({-1});
+    logits = forward_block(decoder, policy, ws, {token}, ForwardPhase::kDecode, step + 1, timeline,
+                           trace.get())
+                 .view({-1});
   }
   if (!result.tokens.empty()) {
     result.decode_ms = ms_since(decode_start);
     const auto decoded = static_cast<double>(result.tokens.size() - 1);
     result.decode_tokens_per_s = decoded > 0 ? 1000.0 * decoded / result.decode_ms : 0;
   }
+  result.evicted_tokens = ws.evicted_tokens() - evicted_before;
+  result.peak_kv_tokens = ws.peak_tokens();
+  policy.end_request(ws.info());
   if (trace) trace->flush();
   if (options.observer) {
     RequestSummary summary;
@@ -140,6 +221,25 @@ GenerationResult generate(const Decoder& decoder, KvCache& cache,
     options.observer->on_request_finished(summary);
   }
   return result;
+}
+
+at::Tensor prefill(const Decoder& decoder, KvCache& cache, const std::vector<int64_t>& tokens,
+                   int64_t chunk, gpu::DeviceTimeline& timeline, TraceRecorder* trace) {
+  FullPolicy full;
+  KvWorkingSet ws(cache, decoder.config().max_positions);
+  return prefill(decoder, full, ws, tokens, chunk, timeline, trace);
+}
+
+GenerationResult generate(const Decoder& decoder, KvCache& cache,
+                          const std::vector<int64_t>& history,
+                          const std::vector<int64_t>& new_tokens, const GenerationOptions& options,
+                          const TokenFn& on_token) {
+  if (cache.lengths()[0] != static_cast<int64_t>(history.size())) {
+    throw std::logic_error("generate: the cache does not hold exactly the history");
+  }
+  FullPolicy full;
+  KvWorkingSet ws(cache, decoder.config().max_positions);
+  return generate(decoder, full, ws, history, new_tokens, options, on_token);
 }
 
 }  // namespace engram

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "core/kv/kv_cache.h"
+#include "core/kv/working_set.h"
+#include "core/policies/memory_policy.h"
 #include "core/runtime/decoder.h"
 #include "core/runtime/sampler.h"
 #include "core/trace/engine_observer.h"
@@ -34,6 +36,8 @@ struct GenerationResult {
   double time_to_first_token_ms = 0;
   double decode_ms = 0;
   double decode_tokens_per_s = 0;
+  int64_t evicted_tokens = 0;  // slots the policy dropped from attention during this request
+  int64_t peak_kv_tokens = 0;  // the most KV slots per layer attention saw
 };
 
 // Returns false to stop generation after this token (a stop string matched).
@@ -42,7 +46,24 @@ using TokenFn = std::function<bool(int64_t token)>;
 // Next request id in this process (trace request numbers).
 int64_t next_request_id();
 
-// Appends `new_tokens` (row 0) to `cache` and generates. `history` is everything already in the
+// Appends `new_tokens` to the working set under `policy` and generates: prefill in blocks of
+// options.prefill_chunk, after each block the policy shrinks the working set to its budget (peak
+// KV per layer <= budget + block); before each decode step it may shrink again. `history` is the
+// stream already fed (the repetition penalty reads it). Throws std::out_of_range when the policy
+// keeps every token and the prompt passes the model's positions.
+GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& working_set,
+                          const std::vector<int64_t>& history,
+                          const std::vector<int64_t>& new_tokens, const GenerationOptions& options,
+                          const TokenFn& on_token);
+
+// Prefills `tokens` into the working set in blocks under `policy` and returns the last position's
+// logits [vocab] (f32).
+at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& working_set,
+                   const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
+                   TraceRecorder* trace);
+
+// Full KV over a plain cache (the behaviour before policies): appends `new_tokens` (row 0) to
+// `cache` and generates. `history` is everything already in the
 // cache (for the repetition penalty and positions); new tokens sit at positions after it.
 GenerationResult generate(const Decoder& decoder, KvCache& cache,
                           const std::vector<int64_t>& history,

@@ -119,6 +119,17 @@ void KvCache::truncate(int64_t row, int64_t length) {
   if (!all_equal(lengths_)) dense_ = false;
 }
 
+void KvCache::set_dense_length(int64_t length) {
+  if (batch_ != 1 || length < 0 || length > capacity_)
+    throw std::out_of_range("KvCache::set_dense_length: one row of at most capacity slots");
+  positions_[0]
+      .narrow(0, 0, length)
+      .copy_(at::arange(length, at::TensorOptions().dtype(at::kLong).device(device_)));
+  positions_[0].narrow(0, length, capacity_ - length).fill_(-1);
+  lengths_[0] = length;
+  dense_ = true;
+}
+
 at::Tensor KvCache::keys(int64_t layer, int64_t extra) const {
   return keys_[layer].narrow(2, 0, max_length() + extra);
 }

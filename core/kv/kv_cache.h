@@ -33,6 +33,9 @@ class KvCache {
   // Replaces row `row` with row `other_row` of `other` (same layers and heads): a request's KV
   // joins a batch.
   void copy_row_from(int64_t row, const KvCache& other, int64_t other_row);
+  // Row 0 of a one-row cache now holds `length` slots at positions 0..length-1 (a working set
+  // after its kept slots were compacted there); later slots become empty.
+  void set_dense_length(int64_t length);
   // Grows capacity (copying) so that `tokens` more fit in every row.
   void ensure_room(int64_t tokens);
 

@@ -45,6 +45,20 @@ struct AttendKv {
   bool dense_causal = false;
 };
 
+enum class ForwardPhase : uint8_t { kPrefill, kDecode };
+
+// What one layer computed, for policies that score tokens. Shapes as in Decoder::forward.
+struct LayerView {
+  int64_t layer = 0;
+  ForwardPhase phase = ForwardPhase::kPrefill;
+  at::Tensor input;  // [B, S, hidden] the layer's input (before its RMSNorm)
+  at::Tensor q;      // [B, Hq, S, d] after RoPE
+  at::Tensor k;      // [B, Hkv, S, d] after RoPE (fresh tokens)
+  at::Tensor v;      // [B, Hkv, S, d]
+  AttendKv kv;       // what the queries attended to (working set + fresh)
+  at::Tensor probs;  // [B, Hq, R, T] f32 for the requested rows; undefined when none were asked
+};
+
 class KvSource {
  public:
   virtual ~KvSource() = default;

@@ -92,9 +92,10 @@ ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
     TraceRecorder::Open open;
     if (trace) open = trace->begin(li, TraceLane::kCompute, "layer");
 
+    const at::Tensor layer_input = h;
     at::Tensor x = rms_norm(h, w.input_norm);
-    at::Tensor qkv = w.qkv_bias.defined() ? at::linear(x, w.qkv_proj, w.qkv_bias)
-                                          : at::linear(x, w.qkv_proj);
+    at::Tensor qkv =
+        w.qkv_bias.defined() ? at::linear(x, w.qkv_proj, w.qkv_bias) : at::linear(x, w.qkv_proj);
     at::Tensor q = qkv.narrow(-1, 0, hq * hd).view({b, s, hq, hd}).transpose(1, 2);
     at::Tensor k = qkv.narrow(-1, hq * hd, hkv * hd).view({b, s, hkv, hd}).transpose(1, 2);
     at::Tensor v = qkv.narrow(-1, (hq + hkv) * hd, hkv * hd).view({b, s, hkv, hd}).transpose(1, 2);
@@ -108,9 +109,13 @@ ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
     FreshKv fresh{k, v.contiguous(), positions};
     const AttendKv kv = source.layer_kv(li, fresh, ctx);
     at::Tensor attn = attention(q, kv, positions, c.sliding_window);
-    if (req.on_probs && probe_index.defined()) {
-      req.on_probs(li, attention_probabilities(q.index_select(2, probe_index), kv,
-                                               probe_positions, c.sliding_window));
+    if (req.on_layer) {
+      LayerView view{li, req.phase, layer_input, q, k, v, kv, at::Tensor()};
+      if (probe_index.defined()) {
+        view.probs = attention_probabilities(q.index_select(2, probe_index), kv, probe_positions,
+                                             c.sliding_window);
+      }
+      req.on_layer(view);
     }
     h = h + at::linear(attn.transpose(1, 2).reshape({b, s, hq * hd}), w.o_proj);
 

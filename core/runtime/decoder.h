@@ -20,9 +20,11 @@ struct ForwardRequest {
   std::vector<std::vector<int64_t>> positions;  // [B][S]; every row the same S
   bool all_logits = false;                      // else logits of the last position only
   bool final_hidden = false;                    // also return the final normed hidden states
-  // Rows (indices into S) whose attention probabilities to report at every layer.
+  ForwardPhase phase = ForwardPhase::kPrefill;
+  // Rows (indices into S) whose attention probabilities on_layer receives (LayerView::probs).
   std::vector<int64_t> probe_rows;
-  std::function<void(int64_t layer, const at::Tensor& probs)> on_probs;  // [B, Hq, R, T] f32
+  // Called after each layer's attention with what the layer computed (memory policies).
+  std::function<void(const LayerView&)> on_layer;
 };
 
 struct ForwardResult {

@@ -1,0 +1,270 @@
+#include "core/kv/working_set.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "gpu/rope_rotate.h"
+
+namespace engram {
+namespace {
+
+at::Tensor stream_range(int64_t begin, int64_t n) {
+  return at::arange(begin, begin + n, at::TensorOptions().dtype(at::kLong));
+}
+
+}  // namespace
+
+KvWorkingSet::KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType dtype,
+                           at::Device device, int64_t max_positions)
+    : owned_(std::make_unique<KvCache>(shape, 1, capacity > 0 ? capacity : 256, dtype, device)),
+      cache_(*owned_),
+      fixed_(capacity > 0),
+      max_positions_(max_positions) {}
+
+KvWorkingSet::KvWorkingSet(KvCache& cache, int64_t max_positions)
+    : cache_(cache), fixed_(false), max_positions_(max_positions) {
+  if (cache.batch() != 1) throw std::invalid_argument("KvWorkingSet: the cache must have one row");
+  stream_end_ = exact_stream_ = cache.lengths()[0];
+  exact_slot_ = 0;
+  exact_stream_ = 0;
+  capture_from_ = stream_end_;
+  peak_ = stream_end_;
+}
+
+int64_t KvWorkingSet::next_position() const {
+  return tokens();  // slots always sit at positions 0..tokens()-1 (full, or compacted by a plan)
+}
+
+WorkingSetInfo KvWorkingSet::info() const {
+  WorkingSetInfo w;
+  w.tokens = tokens();
+  w.stream_tokens = stream_end_;
+  w.capacity = cache_.capacity();
+  w.layers = cache_.shape().layers;
+  w.kv_heads = cache_.shape().kv_heads;
+  w.max_positions = max_positions_;
+  return w;
+}
+
+void KvWorkingSet::appended(int64_t tokens) {
+  stream_end_ += tokens;
+  note_peak();
+}
+
+bool KvWorkingSet::truncate(int64_t stream_length) {
+  if (stream_length > stream_end_) throw std::out_of_range("KvWorkingSet::truncate past the end");
+  if (stream_length < exact_stream_) return false;
+  cache_.truncate(0, exact_slot_ + (stream_length - exact_stream_));
+  stream_end_ = stream_length;
+  // Captured runs lose what lies past the cut.
+  std::vector<KvRun> kept;
+  for (KvRun& run : pending_) {
+    if (run.begin >= stream_length) continue;
+    if (run.end > stream_length) {
+      const int64_t n = stream_length - run.begin;
+      run.kv = run.kv.narrow(3, 0, n);
+      run.positions = run.positions.narrow(0, 0, n);
+      run.end = stream_length;
+    }
+    kept.push_back(std::move(run));
+  }
+  pending_ = std::move(kept);
+  capture_from_ = std::min(capture_from_, stream_length);
+  return true;
+}
+
+void KvWorkingSet::clear() {
+  cache_.truncate(0, 0);
+  compacted_ = at::Tensor();
+  exact_slot_ = exact_stream_ = stream_end_ = 0;
+  pending_.clear();
+  capture_from_ = 0;
+  peak_ = 0;
+}
+
+void KvWorkingSet::assign(const KvWorkingSet& other) {
+  const int64_t n = other.tokens();
+  if (fixed_ && n > cache_.capacity())
+    throw std::invalid_argument("KvWorkingSet::assign: the other set does not fit");
+  if (!fixed_) cache_.ensure_room(n - tokens());
+  for (int64_t l = 0; l < cache_.shape().layers; ++l) {
+    cache_.keys(l, n)[0].narrow(1, 0, n).copy_(other.cache_.keys(l)[0].narrow(1, 0, n));
+    cache_.values(l, n)[0].narrow(1, 0, n).copy_(other.cache_.values(l)[0].narrow(1, 0, n));
+  }
+  cache_.set_dense_length(n);
+  compacted_ = other.compacted_;
+  exact_slot_ = other.exact_slot_;
+  exact_stream_ = other.exact_stream_;
+  stream_end_ = other.stream_end_;
+  capture_from_ = other.stream_end_;
+  pending_.clear();
+  peak_ = other.peak_;
+  evicted_ = other.evicted_;
+}
+
+at::Tensor KvWorkingSet::slot_stream() const {
+  const KvCacheShape& s = cache_.shape();
+  const int64_t tail = tokens() - exact_slot_;
+  at::Tensor tail_ids =
+      stream_range(exact_stream_, tail).view({1, 1, tail}).expand({s.layers, s.kv_heads, tail});
+  if (exact_slot_ == 0) return tail_ids.contiguous();
+  return at::cat({compacted_, tail_ids}, 2);
+}
+
+KvRun KvWorkingSet::copy_tail(int64_t from_stream) const {
+  const int64_t n = stream_end_ - from_stream;
+  const int64_t first = exact_slot_ + (from_stream - exact_stream_);
+  if (from_stream < exact_stream_ || n < 0) {
+    throw std::logic_error("KvWorkingSet: tokens to capture are no longer verbatim in the cache");
+  }
+  KvRun run;
+  run.begin = from_stream;
+  run.end = stream_end_;
+  std::vector<at::Tensor> keys, values;
+  for (int64_t l = 0; l < cache_.shape().layers; ++l) {
+    keys.push_back(cache_.keys(l)[0].narrow(1, first, n));
+    values.push_back(cache_.values(l)[0].narrow(1, first, n));
+  }
+  run.kv = at::stack({at::stack(keys), at::stack(values)}).to(at::kCPU).contiguous();
+  run.positions = cache_.positions()[0].narrow(0, first, n).to(at::kCPU).contiguous();
+  return run;
+}
+
+std::vector<KvRun> KvWorkingSet::take_pending() {
+  if (capture_from_ < stream_end_) pending_.push_back(copy_tail(capture_from_));
+  capture_from_ = stream_end_;
+  std::vector<KvRun> out = std::move(pending_);
+  pending_.clear();
+  return out;
+}
+
+void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
+  const KvCacheShape& s = cache_.shape();
+  const int64_t before = tokens();
+  const int64_t n = plan.kept();
+  const bool per_head = !plan.per_head.empty();
+  if (per_head && (static_cast<int64_t>(plan.per_head.size()) != s.layers)) {
+    throw std::invalid_argument("KeepPlan: one list per layer expected");
+  }
+  if (capture_ && capture_from_ < stream_end_) {
+    pending_.push_back(copy_tail(capture_from_));
+    capture_from_ = stream_end_;
+  }
+  const at::Tensor old_positions = cache_.positions()[0].narrow(0, 0, before).to(at::kCPU);
+  const at::Tensor old_map = slot_stream();  // [L, H, before]
+  const auto host_long = at::TensorOptions().dtype(at::kLong);
+  const at::Tensor target = at::arange(n, host_long);
+
+  // Index of the kept slots, [L, H, n] on the CPU (validated once here).
+  at::Tensor index;
+  if (!per_head) {
+    index = at::tensor(plan.shared, host_long).view({1, 1, n}).expand({s.layers, s.kv_heads, n});
+  } else {
+    std::vector<int64_t> flat;
+    flat.reserve(static_cast<size_t>(s.layers * s.kv_heads * n));
+    for (const auto& layer : plan.per_head) {
+      if (static_cast<int64_t>(layer.size()) != s.kv_heads)
+        throw std::invalid_argument("KeepPlan: one list per KV head expected");
+      for (const auto& head : layer) {
+        if (static_cast<int64_t>(head.size()) != n)
+          throw std::invalid_argument("KeepPlan: every list must keep the same number of slots");
+        flat.insert(flat.end(), head.begin(), head.end());
+      }
+    }
+    index = at::tensor(flat, host_long).view({s.layers, s.kv_heads, n});
+  }
+  if (n > 0 && (index.min().item<int64_t>() < 0 || index.max().item<int64_t>() >= before)) {
+    throw std::out_of_range("KeepPlan: a kept slot is outside the working set's " +
+                            std::to_string(before) + " slots");
+  }
+
+  const at::Tensor freq = inv_freq.to(cache_.device());
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const at::Tensor idx_host = per_head ? index[l] : index[l][0];  // [H, n] or [n]
+    const at::Tensor idx = idx_host.to(cache_.device());
+    at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
+    at::Tensor values = cache_.values(l)[0];
+    at::Tensor kept_k, kept_v;
+    if (!per_head) {
+      kept_k = keys.index_select(1, idx);
+      kept_v = values.index_select(1, idx);
+      const at::Tensor deltas =
+          (target - old_positions.index_select(0, idx_host)).to(freq.device());
+      gpu::rope_rotate_(kept_k, deltas, freq);
+    } else {
+      const at::Tensor gather_idx = idx.unsqueeze(-1).expand({s.kv_heads, n, s.head_dim});
+      kept_k = keys.gather(1, gather_idx).contiguous();
+      kept_v = values.gather(1, gather_idx);
+      for (int64_t h = 0; h < s.kv_heads; ++h) {
+        at::Tensor head = kept_k[h];  // [n, d], contiguous
+        const at::Tensor deltas =
+            (target - old_positions.index_select(0, idx_host[h])).to(freq.device());
+        gpu::rope_rotate_(head, deltas, freq);
+      }
+    }
+    keys.narrow(1, 0, n).copy_(kept_k);
+    values.narrow(1, 0, n).copy_(kept_v);
+  }
+  cache_.set_dense_length(n);
+
+  set_slot_map(old_map.gather(2, index));
+  evicted_ += before - n;
+}
+
+void KvWorkingSet::set_slot_map(const at::Tensor& map_in) {
+  // The longest suffix that is the stream's own tail in every (layer, head) stays truncatable;
+  // the slots before it are what plans kept.
+  const at::Tensor map = map_in.contiguous();
+  const int64_t n = map.size(2);
+  if (n == 0) {
+    exact_slot_ = 0;
+    exact_stream_ = stream_end_;
+    compacted_ = at::Tensor();
+    return;
+  }
+  const at::Tensor flat = map.view({-1, n});
+  const auto acc = flat.accessor<int64_t, 2>();
+  int64_t suffix = 0;
+  while (suffix < n) {
+    bool same = true;
+    for (int64_t r = 0; r < flat.size(0) && same; ++r)
+      same = acc[r][n - 1 - suffix] == stream_end_ - 1 - suffix;
+    if (!same) break;
+    ++suffix;
+  }
+  exact_slot_ = n - suffix;
+  exact_stream_ = stream_end_ - suffix;
+  compacted_ = exact_slot_ > 0 ? map.narrow(2, 0, exact_slot_).contiguous() : at::Tensor();
+}
+
+void KvWorkingSet::adopt(const KvCache& cache, const at::Tensor& slot_stream,
+                         int64_t stream_tokens) {
+  const KvCacheShape& s = cache_.shape();
+  const int64_t n = cache.lengths()[0];
+  if (cache.shape().layers != s.layers || cache.shape().kv_heads != s.kv_heads ||
+      cache.shape().head_dim != s.head_dim || cache.dtype() != cache_.dtype() ||
+      cache.device() != cache_.device() || cache.batch() != 1) {
+    throw std::invalid_argument("KvWorkingSet::adopt: the cache's layout differs");
+  }
+  if (slot_stream.dim() != 3 || slot_stream.size(2) != n) {
+    throw std::invalid_argument("KvWorkingSet::adopt: one stream index per slot expected");
+  }
+  if (fixed_ && n > cache_.capacity()) {
+    throw std::invalid_argument("KvWorkingSet::adopt: " + std::to_string(n) +
+                                " slots exceed the working set's " +
+                                std::to_string(cache_.capacity()));
+  }
+  clear();
+  if (!fixed_) cache_.ensure_room(n);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    cache_.keys(l, n)[0].narrow(1, 0, n).copy_(cache.keys(l)[0].narrow(1, 0, n));
+    cache_.values(l, n)[0].narrow(1, 0, n).copy_(cache.values(l)[0].narrow(1, 0, n));
+  }
+  cache_.set_dense_length(n);
+  stream_end_ = stream_tokens;
+  set_slot_map(slot_stream.to(at::kCPU, at::kLong).expand({s.layers, s.kv_heads, n}));
+  capture_from_ = stream_tokens;
+  peak_ = n;
+}
+
+}  // namespace engram

@@ -1,0 +1,118 @@
+// The KV that attention sees for one conversation or request: a KvCache of fixed capacity (its
+// addresses never change, so the CUDA-graph decode step replays over it whatever the policy
+// keeps) plus, for every slot, which token of the stream it holds. The runner applies a policy's
+// KeepPlan here and nowhere else: kept slots are gathered to the front per (layer, KV head) and
+// re-rotated to positions 0..n-1.
+//
+// The stream is every token ever fed (prompt tokens and the generated tokens fed back); stream
+// index i is the i-th of them. Slots [exact_slot(), tokens()) hold the stream's last tokens in
+// order in every layer and head (truncate() may cut there); earlier slots are what the policy
+// chose to keep, per (layer, head).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/kv/kv_cache.h"
+#include "core/policies/memory_policy.h"
+
+namespace engram {
+
+// KV of stream tokens [begin, end) copied out of the working set before a plan dropped them, or
+// at a save: what append-only persistence writes (positions are where the keys are rotated to).
+struct KvRun {
+  int64_t begin = 0;
+  int64_t end = 0;
+  at::Tensor kv;         // [2, layers, kv_heads, end - begin, head_dim] on the CPU, cache dtype
+  at::Tensor positions;  // [end - begin] int64
+};
+
+class KvWorkingSet {
+ public:
+  // `capacity` slots per (layer, head); 0 grows on demand (unbounded policies).
+  KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType dtype, at::Device device,
+               int64_t max_positions);
+  // A working set over a cache that someone else owns (full KV, grown on demand): the cache's
+  // row 0 is the stream so far, at positions 0..n-1.
+  KvWorkingSet(KvCache& cache, int64_t max_positions);
+  KvWorkingSet(const KvWorkingSet&) = delete;
+  KvWorkingSet& operator=(const KvWorkingSet&) = delete;
+
+  KvCache& cache() { return cache_; }
+  const KvCache& cache() const { return cache_; }
+  int64_t tokens() const { return cache_.lengths()[0]; }
+  int64_t stream_tokens() const { return stream_end_; }
+  // The first slot from which every (layer, head) holds the stream's tokens in order, and the
+  // stream index it holds.
+  int64_t exact_slot() const { return exact_slot_; }
+  int64_t exact_stream() const { return exact_stream_; }
+  // The RoPE position the next fresh token gets.
+  int64_t next_position() const;
+  bool fixed_capacity() const { return fixed_; }
+  WorkingSetInfo info() const;
+
+  // Records that `tokens` fresh tokens were appended by a forward pass (the cache's own commit
+  // has run): they are the stream's next tokens.
+  void appended(int64_t tokens);
+  // Keeps the stream's first `stream_length` tokens. Exact only from exact_stream() on; returns
+  // false (and changes nothing) when the cut falls inside what a plan compacted.
+  bool truncate(int64_t stream_length);
+  // Empties the working set (a rebuild from text).
+  void clear();
+  // Becomes a copy of `other` (same layout; its slots are copied into this set's own storage, so
+  // addresses stay fixed). Captured runs are not copied.
+  void assign(const KvWorkingSet& other);
+
+  // Applies a plan: gathers the kept slots per (layer, head), re-rotates them to 0..n-1 and
+  // frees the rest. With capture on, the tokens no run holds yet are copied out first.
+  void apply(const KeepPlan& plan, const at::Tensor& inv_freq);
+
+  // Stream index held by each slot: [layers, kv_heads, tokens()] int64 on the CPU.
+  at::Tensor slot_stream() const;
+  // Installs a working set restored from the store: `cache` rows hold the KV, `slot_stream`
+  // which stream token each slot holds ([L, H, n] or [1, 1, n] when shared), `stream_tokens` the
+  // stream's length.
+  void adopt(const KvCache& cache, const at::Tensor& slot_stream, int64_t stream_tokens);
+
+  // Persistence: tokens from `stream_index` on are not stored yet. Before a plan overwrites any
+  // of them the working set copies them into pending() (they are then contiguous at the end of
+  // every layer and head); take_pending() hands them over and moves the mark.
+  void capture_from(int64_t stream_index) { capture_from_ = stream_index; }
+  int64_t capture_mark() const { return capture_from_; }
+  // Captured runs plus the still-cached tail [capture mark, stream end), and moves the mark to
+  // the end. Empty when nothing is pending. Call with capture enabled (capture_from() >= 0).
+  std::vector<KvRun> take_pending();
+  void set_capture(bool enabled) { capture_ = enabled; }
+  bool capture() const { return capture_; }
+
+  // The highest slot count the working set reached (peak KV per layer).
+  int64_t peak_tokens() const { return peak_; }
+  void reset_peak() { peak_ = tokens(); }
+  void note_peak() { peak_ = std::max(peak_, tokens()); }
+  // Stream tokens dropped from attention so far (the sum over plans of slots freed, per head).
+  int64_t evicted_tokens() const { return evicted_; }
+
+ private:
+  KvRun copy_tail(int64_t from_stream) const;
+  void set_slot_map(const at::Tensor& map);  // [L, H, tokens()] int64 CPU
+
+  std::unique_ptr<KvCache> owned_;
+  KvCache& cache_;
+  bool fixed_;
+  int64_t max_positions_;
+  at::Tensor compacted_;  // [L, H, exact_slot_] int64 CPU: stream index of each compacted slot
+  int64_t exact_slot_ = 0;
+  int64_t exact_stream_ = 0;
+  int64_t stream_end_ = 0;
+  bool capture_ = false;
+  int64_t capture_from_ = 0;
+  std::vector<KvRun> pending_;
+  int64_t peak_ = 0;
+  int64_t evicted_ = 0;
+};
+
+}  // namespace engram

@@ -1,0 +1,95 @@
+// The one interface every memory system plugs into (issue 14; DESIGN.md "Policies"). A policy
+// decides; the runner (core/kv/working_set.h, core/engine/generator.cpp) applies. Decisions are
+// tensor-free plans (KeepPlan); the hooks that see tensors get the runtime's own q/k/v and
+// attention probabilities, and a policy never runs the model's weights itself.
+//
+// Lifecycle of one request (generate()):
+//   begin_request  once, before anything is computed (plan the working set);
+//   per block of fresh tokens (prefill blocks and decode steps):
+//     probe_rows       which fresh rows' attention probabilities the policy wants (none: free);
+//     on_layer         per layer, only when wants_layers() says so or probe rows were asked;
+//     after_block      after a prefill block: what stays in the working set;
+//   before_decode_step before each decode token: what stays (the working set of the graph step);
+//   end_request    once, after the last token.
+// Every hook has a default that costs nothing, so `full` is today's behaviour bit for bit.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/kv/kv_source.h"
+
+namespace engram {
+
+// The working set as a policy sees it: no tensors.
+struct WorkingSetInfo {
+  int64_t tokens = 0;         // KV slots in use per (layer, KV head); equal for all of them
+  int64_t stream_tokens = 0;  // tokens of the request's stream so far (everything ever fed)
+  int64_t capacity = 0;       // fixed slots of the working set
+  int64_t layers = 0;
+  int64_t kv_heads = 0;
+  int64_t max_positions = 0;  // the model's trained positions
+};
+
+// One block of fresh tokens about to be computed.
+struct BlockInfo {
+  ForwardPhase phase = ForwardPhase::kPrefill;
+  int64_t step = 0;           // decode step (0 for prefill blocks)
+  int64_t fresh_tokens = 0;   // S
+  int64_t cached_tokens = 0;  // working-set slots before the block
+  bool will_evict = false;    // the block pushes the working set past the budget
+};
+
+// Which working-set slots survive, in the order they keep. After the runner applies a plan the
+// kept slots are compacted to the front and re-rotated to positions 0..n-1 (positions within
+// the working set, as StreamingLLM): the cache stays inside the model's trained positions however
+// long the conversation is. Every list has the same length n.
+struct KeepPlan {
+  std::vector<int64_t> shared;  // one list for every (layer, head), when per_head is empty
+  std::vector<std::vector<std::vector<int64_t>>> per_head;  // [layer][kv head][kept slots]
+  std::string reason;                                       // for the trace and the chat note
+
+  int64_t kept() const {
+    return per_head.empty() ? static_cast<int64_t>(shared.size())
+                            : static_cast<int64_t>(per_head.front().front().size());
+  }
+};
+
+class MemoryPolicy {
+ public:
+  virtual ~MemoryPolicy() = default;
+
+  // The registry name ("full", "streaming", ...) and the spec that recreates this policy.
+  virtual std::string name() const = 0;
+  virtual std::string spec() const { return name(); }
+  // A copy with the same settings and state (an evaluation forks a working set per question).
+  virtual std::unique_ptr<MemoryPolicy> clone() const = 0;
+  // Tokens of KV that attention may see per layer; 0 = unbounded (the policy never evicts).
+  int64_t budget() const { return budget_; }
+  void set_budget(int64_t tokens) { budget_ = tokens; }
+
+  virtual void begin_request(const WorkingSetInfo& /*ws*/) {}
+  virtual std::vector<int64_t> probe_rows(const BlockInfo& /*block*/) const { return {}; }
+  virtual bool wants_layers(ForwardPhase /*phase*/) const { return false; }
+  virtual void on_layer(const LayerView& /*view*/) {}
+  // Called when the working set holds more than `target` slots (after a prefill block that
+  // passed the budget, or because positions ran out): return the slots to keep, at most `target`
+  // of them. std::nullopt means the policy cannot shrink the working set (full KV).
+  virtual std::optional<KeepPlan> shrink(const WorkingSetInfo& ws, int64_t target) = 0;
+  // Before each decode step; the default shrinks to the budget when the next token would pass
+  // it, by `decode_slack()` slots at once so that compaction is not paid at every token.
+  virtual std::optional<KeepPlan> before_decode_step(const WorkingSetInfo& ws);
+  virtual void end_request(const WorkingSetInfo& /*ws*/) {}
+  // Slots freed at once when decode reaches the budget.
+  int64_t decode_slack() const;
+
+ private:
+  int64_t budget_ = 0;
+};
+
+}  // namespace engram

@@ -1,0 +1,126 @@
+#include "core/policies/policy_registry.h"
+
+#include <map>
+#include <stdexcept>
+
+#include "core/policies/full_policy.h"
+#include "core/policies/snapkv_policy.h"
+#include "core/policies/streaming_policy.h"
+
+namespace engram {
+namespace {
+
+// "name:a=1,b=2" -> name and {a: 1, b: 2}.
+std::map<std::string, int64_t> parse_options(const std::string& spec, std::string& name) {
+  const size_t colon = spec.find(':');
+  name = spec.substr(0, colon);
+  std::map<std::string, int64_t> out;
+  if (colon == std::string::npos) return out;
+  std::string rest = spec.substr(colon + 1);
+  size_t at = 0;
+  while (at <= rest.size()) {
+    const size_t comma = rest.find(',', at);
+    const std::string item = rest.substr(at, comma == std::string::npos ? comma : comma - at);
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw std::invalid_argument("policy '" + spec + "': expected key=value, got '" + item + "'");
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(item.substr(eq + 1), &used);
+      if (used != item.size() - eq - 1 || v < 0) throw std::invalid_argument(item);
+      out[item.substr(0, eq)] = v;
+    } catch (const std::exception&) {
+      throw std::invalid_argument("policy '" + spec + "': '" + item +
+                                  "' needs a non-negative integer");
+    }
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+int64_t take(std::map<std::string, int64_t>& options, const std::string& key, int64_t fallback) {
+  const auto it = options.find(key);
+  if (it == options.end()) return fallback;
+  const int64_t v = it->second;
+  options.erase(it);
+  return v;
+}
+
+}  // namespace
+
+const std::vector<PolicyDescription>& policy_catalog() {
+  static const std::vector<PolicyDescription> catalog = {
+      {"full", "every token stays in attention; stops at the model's positions", false},
+      {"streaming", "StreamingLLM: attention sinks + the most recent tokens", true},
+      {"snapkv", "SnapKV: each head keeps the keys the last 64 tokens attend to most", true},
+  };
+  return catalog;
+}
+
+const char* default_policy_spec() {
+  return "streaming";
+}
+
+std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
+  std::string name;
+  auto options = parse_options(spec, name);
+  std::unique_ptr<MemoryPolicy> policy;
+  if (name == "full") {
+    policy = std::make_unique<FullPolicy>();
+  } else if (name == "streaming") {
+    policy = std::make_unique<StreamingPolicy>(take(options, "sinks", 4));
+  } else if (name == "snapkv") {
+    const int64_t window = take(options, "window", 64);
+    policy = std::make_unique<SnapKvPolicy>(std::max<int64_t>(1, window),
+                                            std::max<int64_t>(1, take(options, "kernel", 7)));
+  } else {
+    std::string names;
+    for (const auto& d : policy_catalog())
+      names += (names.empty() ? "" : ", ") + d.name;
+    throw std::invalid_argument("unknown memory policy '" + name + "'; known: " + names);
+  }
+  if (!options.empty()) {
+    throw std::invalid_argument("policy '" + spec + "': unknown option '" + options.begin()->first +
+                                "'");
+  }
+  return policy;
+}
+
+int64_t effective_budget(const MemoryPolicy& policy, int64_t requested, int64_t max_positions,
+                         int64_t block, std::string* note) {
+  if (requested < 0) throw std::invalid_argument("the KV budget must not be negative");
+  if (policy.name() == "full") {
+    if (requested > 0) {
+      throw std::invalid_argument(
+          "policy 'full' keeps every token; a KV budget needs a policy that evicts (streaming, "
+          "snapkv)");
+    }
+    return 0;
+  }
+  const int64_t most = max_positions - block;
+  if (most < 16) {
+    throw std::invalid_argument("the model's " + std::to_string(max_positions) +
+                                " positions leave no room for a budget beside a prefill block of " +
+                                std::to_string(block));
+  }
+  if (requested == 0) return most;
+  if (requested > most) {
+    if (note) {
+      *note = "KV budget lowered from " + std::to_string(requested) + " to " +
+              std::to_string(most) + " tokens: a prefill block of " + std::to_string(block) +
+              " must fit the model's " + std::to_string(max_positions) + " positions beside it";
+    }
+    return most;
+  }
+  return requested;
+}
+
+std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec, int64_t requested_budget,
+                                          int64_t max_positions, int64_t block, std::string* note) {
+  auto policy = make_policy(spec);
+  policy->set_budget(effective_budget(*policy, requested_budget, max_positions, block, note));
+  return policy;
+}
+
+}  // namespace engram
