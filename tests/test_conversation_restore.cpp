@@ -192,7 +192,7 @@ class ConversationRestoreTest : public QObject {
       const auto id = storage::ConversationRepository(db).find_by_name("talk").value().id;
       storage::KvBlobStore blobs(db);
       for (const auto& record : blobs.list(id)) {
-        if (record.key.unit.kind != ConversationStore::kUnitKind) continue;
+        if (record.key.unit.kind != ConversationStore::kRunKind) continue;
         damaged_file = blobs.path_of(record).string();
         std::fstream f(damaged_file, std::ios::in | std::ios::out | std::ios::binary);
         f.seekp(record.byte_size / 2);
@@ -290,7 +290,7 @@ class ConversationRestoreTest : public QObject {
     {
       storage::Database db(profile.path().toStdString(), storage::Access::kReadOnly);
       const auto records = storage::KvBlobStore(db).list_all();
-      QCOMPARE(records.size(), size_t{2});
+      QCOMPARE(records.size(), size_t{3});  // one run, its ids, the manifest
       for (const auto& r : records)
         QCOMPARE(r.model_fingerprint, model.fingerprint);
     }
@@ -361,8 +361,10 @@ class ConversationRestoreTest : public QObject {
     QVERIFY(tokens >= 400);
     QCOMPARE(out.at("restored").at("reused_tokens").get<int64_t>(), tokens);
     QVERIFY(out.at("reprefilled").at("prefilled_tokens").get<int64_t>() > tokens);
-    // [2, layers, kv heads, tokens, head dim] f32 plus the int64 ids.
-    QCOMPARE(out.at("kv_blob_bytes").get<int64_t>(), 2 * 2 * 2 * tokens * 16 * 4 + tokens * 8);
+    // [2, layers, kv heads, tokens, head dim] f32 plus the int64 ids, and the manifest's int64
+    // stream index per working-set slot (full KV: one row).
+    QCOMPARE(out.at("kv_blob_bytes").get<int64_t>(),
+             2 * 2 * 2 * tokens * 16 * 4 + tokens * 8 + tokens * 8);
     QVERIFY(out.at("same_first_token").get<bool>());
   }
 };

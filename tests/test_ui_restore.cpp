@@ -33,8 +33,8 @@ namespace {
 
 constexpr int kReplyTimeoutMs = 120000;
 
-// The session blobs of a conversation as the store's index lists them (the unit kinds of
-// core/engine/conversation_store.h).
+// The KV of a conversation as the store's index lists it (append-only runs, their ids and the
+// manifest: core/engine/conversation_store.h): the newest run is the file a save added.
 struct StoredKv {
   int64_t tokens = 0;
   int64_t kv_bytes = 0;
@@ -46,14 +46,18 @@ struct StoredKv {
 StoredKv stored_kv(const QString& profile, int64_t conversation) {
   engram::storage::Database db(profile.toStdString(), engram::storage::Access::kReadOnly);
   StoredKv out;
+  int64_t newest = -1;
   for (const auto& r : engram::storage::KvBlobStore(db).list(conversation)) {
-    if (r.key.unit.kind == "session") {
-      out.kv_bytes = r.byte_size;
-      out.kv_file = r.file_name;
-      out.kv_record = r;
-    } else if (r.key.unit.kind == "session_token_ids") {
-      out.tokens = r.layout.shape.at(0);
-      out.token_id_bytes = r.byte_size;
+    if (r.key.unit.kind == "kv_run") {
+      out.kv_bytes += r.byte_size;
+      if (r.key.unit.id > newest) {
+        newest = r.key.unit.id;
+        out.kv_file = r.file_name;
+        out.kv_record = r;
+      }
+    } else if (r.key.unit.kind == "kv_run_ids") {
+      out.tokens += r.layout.shape.at(0);
+      out.token_id_bytes += r.byte_size;
     }
   }
   return out;

@@ -16,6 +16,7 @@
 #include "core/policies/policy_registry.h"
 #include "core/tokenizer/token_stream.h"
 #include "core/trace/trace_file_writer.h"
+#include "storage/conversation_repository.h"
 #include "storage/database.h"
 #include "storage/profile_paths.h"
 
@@ -122,7 +123,14 @@ int run_chat(int argc, char** argv) {
                                                  : storage::default_profile_dir());
   }
   // New chats continue past the model's positions under the default policy (streaming).
-  const PolicyChoice choice = policy_choice_from_args(args, default_policy_spec());
+  PolicyChoice choice = policy_choice_from_args(args, default_policy_spec());
+  // A stored conversation keeps the policy it was saved with unless --policy names another.
+  if (db && !args.has("policy")) {
+    if (const auto row = storage::ConversationRepository(*db).find_by_name(conversation);
+        row && !row->memory_policy.empty()) {
+      choice = {row->memory_policy, args.has("kv-budget") ? choice.kv_budget : row->kv_budget};
+    }
+  }
   LoadedModel model = load_model_from_args(args, /*allow_shape=*/false);
   ChatSession session(model, args.str("system", ""), choice);
   if (!session.policy_note().empty())
@@ -133,6 +141,7 @@ int run_chat(int argc, char** argv) {
                    : "unbounded");
   std::optional<ConversationStore> store;
   if (db) {
+    session.keep_for_store(true);
     store.emplace(*db);
     if (const auto restored = store->restore(conversation, session)) {
       if (restored->kv_restored) {

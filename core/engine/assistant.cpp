@@ -105,6 +105,7 @@ struct Assistant::State {
     if (!model) return;
     session = std::make_unique<ChatSession>(*model, std::string{},
                                             PolicyChoice{policy.spec, policy.kv_budget});
+    session->keep_for_store(true);  // what leaves attention waits for save_memory()
     std::vector<ChatMessage> history;
     for (const auto& m : messages)
       history.push_back({m.role, m.text});

@@ -1,17 +1,27 @@
 // A ChatSession in the persistent store (storage/), so a conversation comes back after a restart
-// without re-reading its history. A conversation is a row (by name, with the model fingerprint),
-// its utterances (role, text, time, token span in the rendered history) and two blobs of the
-// unit ("session", conversation id) over all layers:
-//   kv         dtype of the cache, shape [2 (keys, values), layers, kv_heads, tokens, head_dim],
-//              keys after RoPE, with the token positions in the layout;
-//   token_ids  uint8 [tokens, 8]: the cached ids as little-endian int64 (the tokens the KV was
-//              computed for: prompts and fed-back generated tokens, not a re-tokenization).
-// Both blobs and the utterances are written in one transaction, so they never disagree.
+// without re-reading its history. A conversation is a row (by name, with the model fingerprint,
+// its memory policy and KV budget), its utterances (role, text, time, token span in the rendered
+// history) and its KV, append-only (issue 14):
+//   kv_run       one per save that added tokens, unit id = the first stream token it holds:
+//                dtype of the cache, [2 (keys, values), layers, kv_heads, n, head_dim], keys
+//                after RoPE at the positions in the layout (as the working set held them when
+//                they were captured: before a plan moved them out, or at the save);
+//   kv_run_ids   uint8 [n, 8]: those tokens' ids, little-endian int64 (the tokens the KV was
+//                computed for: prompts and fed-back generated tokens, not a re-tokenization);
+//   kv_manifest  uint8 [L or 1, H or 1, slots, 8]: the stream token each working-set slot holds,
+//                its layout's one position = the stream tokens stored. Replaced at every save
+//                (a few bytes per slot); runs are never rewritten unless a regenerate or a
+//                rebuild cut the stream before their end.
+// A save writes only what the store lacks, in one transaction with the utterances, so the rows,
+// the runs and the manifest never disagree. Conversations saved before runs existed have one
+// whole-session blob ("session" + "session_token_ids"); they restore as before and their next
+// save rewrites them as runs.
 //
 // restore() installs the stored KV only when its fingerprint equals the loaded model's and its
-// layout fits the session's cache; otherwise (another model: BlobStale, a damaged file:
-// BlobCorrupt, no or mismatched blobs) it keeps the text and rebuilds the cache by prefilling
-// the history, and says why. Stored KV is never used for another model.
+// layout fits the session's working set; it reads every run's ids but the KV only of runs that
+// hold a slot (a streaming conversation reads its sinks' run and the recent ones). Otherwise
+// (another model: BlobStale, a damaged file: BlobCorrupt, missing or mismatched blobs) it keeps
+// the text and rebuilds the working set by prefilling the history, and says why.
 #pragma once
 
 #include <cstdint>
@@ -40,26 +50,32 @@ struct ConversationRestore {
   bool kv_restored = false;
   std::string rebuild_reason;  // empty when the KV was restored; else why it was rebuilt
   KvRebuildCause rebuild_cause = KvRebuildCause::kNone;
-  double open_ms = 0;     // reading rows and the blob files (checksums included)
-  double install_ms = 0;  // staging buffer -> the session's KvCache
+  int64_t kv_bytes_read = 0;  // KV bytes read from run files (only runs holding a slot)
+  double open_ms = 0;         // reading rows and the blob files (checksums included)
+  double install_ms = 0;      // staging buffer -> the session's KvCache
   double rebuild_ms = 0;
 };
 
 // A conversation's stored KV as the blob index describes it; no file is read, so a UI can show
 // what is on disk without paying for a restore (the checksum is checked only by restore()).
 struct StoredSessionKv {
-  int64_t tokens = 0;
+  int64_t tokens = 0;            // stream tokens stored (the conversation as computed)
+  int64_t attention_tokens = 0;  // slots of the stored working set (what a restore installs)
+  int64_t runs = 0;              // append-only runs (0 for a whole-session blob)
+  int64_t manifest_bytes = 0;
   int64_t kv_bytes = 0;
   int64_t token_id_bytes = 0;
   std::string dtype;
   std::string model_fingerprint;
-  std::string kv_file;  // the KV blob's file name in the profile's kv/ directory
+  std::string kv_file;  // the newest KV run's file name in the profile's kv/ directory
 };
 
 class ConversationStore {
  public:
   // Unit kind of the session blobs (their unit id is the conversation id).
   static constexpr const char* kUnitKind = "session";
+  // Unit kind of the append-only KV runs (their unit id is the first stream token they hold).
+  static constexpr const char* kRunKind = "kv_run";
 
   explicit ConversationStore(storage::Database& db);
 
@@ -67,7 +83,7 @@ class ConversationStore {
   // Creates the conversation when absent, brings its utterances in line with the session's
   // history (appends new ones; a changed tail, e.g. after regenerate, is replaced) and replaces
   // its KV blobs with the session's cache, all in one transaction. Returns the conversation id.
-  int64_t save(const std::string& name, const ChatSession& session);
+  int64_t save(const std::string& name, ChatSession& session);
   // Puts the stored conversation into `session` (its history is replaced). std::nullopt when no
   // conversation has that name. With rebuild = false a KV that cannot be used leaves the cache
   // empty (the next reply then prefills everything) instead of prefilling at once.

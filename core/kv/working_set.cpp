@@ -130,12 +130,29 @@ KvRun KvWorkingSet::copy_tail(int64_t from_stream) const {
   return run;
 }
 
-std::vector<KvRun> KvWorkingSet::take_pending() {
-  if (capture_from_ < stream_end_) pending_.push_back(copy_tail(capture_from_));
-  capture_from_ = stream_end_;
-  std::vector<KvRun> out = std::move(pending_);
-  pending_.clear();
+std::vector<KvRun> KvWorkingSet::pending() const {
+  std::vector<KvRun> out = pending_;
+  const int64_t from = out.empty() ? capture_from_ : out.back().end;
+  if (!out.empty() && out.front().begin != capture_from_)
+    throw std::logic_error("KvWorkingSet: captured runs do not start at the mark");
+  if (from < stream_end_) out.push_back(copy_tail(from));
   return out;
+}
+
+void KvWorkingSet::mark_stored(int64_t stream_end) {
+  std::vector<KvRun> kept;
+  for (KvRun& run : pending_) {
+    if (run.end <= stream_end) continue;
+    if (run.begin < stream_end) {
+      const int64_t cut = stream_end - run.begin;
+      run.kv = run.kv.narrow(3, cut, run.end - stream_end);
+      run.positions = run.positions.narrow(0, cut, run.end - stream_end);
+      run.begin = stream_end;
+    }
+    kept.push_back(std::move(run));
+  }
+  pending_ = std::move(kept);
+  capture_from_ = std::max(capture_from_, stream_end);
 }
 
 void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
@@ -146,9 +163,9 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   if (per_head && (static_cast<int64_t>(plan.per_head.size()) != s.layers)) {
     throw std::invalid_argument("KeepPlan: one list per layer expected");
   }
-  if (capture_ && capture_from_ < stream_end_) {
-    pending_.push_back(copy_tail(capture_from_));
-    capture_from_ = stream_end_;
+  if (capture_) {
+    const int64_t from = pending_.empty() ? capture_from_ : pending_.back().end;
+    if (from < stream_end_) pending_.push_back(copy_tail(from));
   }
   const at::Tensor old_positions = cache_.positions()[0].narrow(0, 0, before).to(at::kCPU);
   const at::Tensor old_map = slot_stream();  // [L, H, before]

@@ -78,16 +78,19 @@ class KvWorkingSet {
   // stream's length.
   void adopt(const KvCache& cache, const at::Tensor& slot_stream, int64_t stream_tokens);
 
-  // Persistence: tokens from `stream_index` on are not stored yet. Before a plan overwrites any
-  // of them the working set copies them into pending() (they are then contiguous at the end of
-  // every layer and head); take_pending() hands them over and moves the mark.
-  void capture_from(int64_t stream_index) { capture_from_ = stream_index; }
-  int64_t capture_mark() const { return capture_from_; }
-  // Captured runs plus the still-cached tail [capture mark, stream end), and moves the mark to
-  // the end. Empty when nothing is pending. Call with capture enabled (capture_from() >= 0).
-  std::vector<KvRun> take_pending();
+  // Persistence (append-only runs, core/engine/conversation_store.h): tokens from capture_mark()
+  // on are not stored yet. With capture on, before a plan overwrites any of them the working set
+  // copies them out (they are then contiguous at the end of every layer and head).
   void set_capture(bool enabled) { capture_ = enabled; }
   bool capture() const { return capture_; }
+  void capture_from(int64_t stream_index) { capture_from_ = stream_index; }
+  int64_t capture_mark() const { return capture_from_; }
+  // The runs copied out plus the still-cached tail [last capture, stream end), in stream order,
+  // together covering [capture_mark(), stream end). Nothing moves: after the store committed
+  // them, mark_stored() drops them. Throws std::logic_error when tokens past the mark left the
+  // working set uncaptured (capture was off).
+  std::vector<KvRun> pending() const;
+  void mark_stored(int64_t stream_end);
 
   // The highest slot count the working set reached (peak KV per layer).
   int64_t peak_tokens() const { return peak_; }
