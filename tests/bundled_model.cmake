@@ -4,3 +4,8 @@ set_target_properties(test_bundled_model_obj PROPERTIES AUTOMOC ON)
 # ChatSession with the bundled model: the engram template end to end (quotes off, KV reused).
 engram_add_test(test_bundled_chat SOURCES test_bundled_chat.cpp TORCH TIMEOUT 300)
 set_target_properties(test_bundled_chat_obj PROPERTIES AUTOMOC ON)
+# Chats longer than the model's positions under a policy, append-only saves (issue 14).
+engram_add_test(test_long_chat SOURCES test_long_chat.cpp LIBS engram_env engram_storage TORCH
+                TIMEOUT 1200)
+set_target_properties(test_long_chat_obj PROPERTIES AUTOMOC ON)
+add_dependencies(test_long_chat engram-cli)

@@ -126,7 +126,8 @@ KvRun KvWorkingSet::copy_tail(int64_t from_stream) const {
     values.push_back(cache_.values(l)[0].narrow(1, first, n));
   }
   run.kv = at::stack({at::stack(keys), at::stack(values)}).to(at::kCPU).contiguous();
-  run.positions = cache_.positions()[0].narrow(0, first, n).to(at::kCPU).contiguous();
+  // clone(): on the CPU .to() would alias the live positions, which later plans rewrite.
+  run.positions = cache_.positions()[0].narrow(0, first, n).to(at::kCPU).clone();
   return run;
 }
 
