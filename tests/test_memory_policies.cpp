@@ -333,6 +333,29 @@ class MemoryPoliciesTest : public QObject {
     QCOMPARE(fast.recordings(), int64_t{1});  // the working set never moved
   }
 
+  // An evaluation forks the history's working set per question: assign() copies it whatever
+  // the target held before, growing or fixed.
+  void assignCopiesAnotherWorkingSet() {
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    gpu::DeviceTimeline timeline(at::kCPU);
+    FullPolicy full;
+    for (const int64_t capacity : {int64_t{0}, int64_t{64}}) {
+      KvWorkingSet a(shape_of(c), capacity, at::kFloat, at::kCPU, c.max_positions);
+      KvWorkingSet b(shape_of(c), capacity, at::kFloat, at::kCPU, c.max_positions);
+      prefill(d, full, a, ids(30, 1), 8, timeline, nullptr);
+      prefill(d, full, b, ids(50, 2), 8, timeline, nullptr);
+      b.assign(a);
+      QCOMPARE(b.tokens(), int64_t{30});
+      QCOMPARE(b.stream_tokens(), int64_t{30});
+      for (int64_t l = 0; l < c.num_layers; ++l)
+        QVERIFY((a.cache().keys(l) - b.cache().keys(l)).abs().max().item<double>() == 0);
+      const at::Tensor la = prefill(d, full, a, {7}, 8, timeline, nullptr);
+      const at::Tensor lb = prefill(d, full, b, {7}, 8, timeline, nullptr);
+      QVERIFY((la - lb).abs().max().item<double>() == 0);
+    }
+  }
+
   // Truncation: exact back to the stream's verbatim tail, refused inside compacted KV.
   void truncateIsExactOnlyAfterTheCompactedPart() {
     const Decoder& d = decoder("llama-gqa");

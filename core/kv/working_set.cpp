@@ -86,7 +86,8 @@ void KvWorkingSet::assign(const KvWorkingSet& other) {
   const int64_t n = other.tokens();
   if (fixed_ && n > cache_.capacity())
     throw std::invalid_argument("KvWorkingSet::assign: the other set does not fit");
-  if (!fixed_) cache_.ensure_room(n - tokens());
+  cache_.truncate(0, 0);  // keys(l, n) below are the first n slots
+  if (!fixed_) cache_.ensure_room(n);
   for (int64_t l = 0; l < cache_.shape().layers; ++l) {
     cache_.keys(l, n)[0].narrow(1, 0, n).copy_(other.cache_.keys(l)[0].narrow(1, 0, n));
     cache_.values(l, n)[0].narrow(1, 0, n).copy_(other.cache_.values(l)[0].narrow(1, 0, n));
