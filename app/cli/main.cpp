@@ -84,11 +84,14 @@ void usage() {
       "usage: engram-cli <command> [options]\n"
       "  generate --model DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-p P]\n"
       "           [--top-k K] [--repetition-penalty R] [--seed S] [--device cpu|cuda]\n"
-      "           [--dtype f32|bf16|f16] [--trace FILE]\n"
+      "           [--dtype f32|bf16|f16] [--trace FILE] [--policy P] [--kv-budget TOKENS]\n"
       "  chat     --model DIR [--system TEXT] [--conversation NAME [--profile DIR]]\n"
       "           [flags as generate]  (reads turns from stdin; --conversation resumes and saves)\n"
+      "           memory policies (--policy): full, streaming[:sinks=N] (chat's default),\n"
+      "           snapkv[:window=N,kernel=K]; --kv-budget caps the KV attention sees per layer\n"
       "  bench    prefill|decode (--model DIR | --shape NAME) [--tokens N] [--decode-tokens N]\n"
-      "           [--device cuda] [--repeat N] [--json FILE] [--trace FILE]\n"
+      "           [--device cuda] [--repeat N] [--json FILE] [--trace FILE] [--policy P]\n"
+      "           [--kv-budget TOKENS] [--chunk N]\n"
       "  bench    restore (--model DIR | --shape NAME --tokenizer FILE) [--history-tokens N]\n"
       "           [--turn-tokens N] [--repeat N] [--device cuda] [--json FILE]\n"
       "           (first token after restoring KV vs re-prefilling the text)\n"
@@ -97,11 +100,13 @@ void usage() {
       "           [--model DIR [--device D]]   (the model plans, closed loop)\n"
       "  export embodied [--out FILE|-] [--sessions N] [--seed S] [--tasks N] [--detours P]\n"
       "           [--model DIR [--model-share P] [--device D]]   (the model drives: DAgger)\n"
-      "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy full]\n"
+      "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy P]\n"
+      "           [--kv-budget TOKENS]\n"
       "           [--device D] [--json FILE]\n"
       "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"
       "           [--max-tokens B]\n"
-      "  eval conversation --model DIR [--episodes N] [--seed S] [--policy full] [--json FILE]\n",
+      "  eval conversation --model DIR [--episodes N] [--seed S] [--policy P] [--kv-budget T]\n"
+      "           [--json FILE]\n",
       stderr);
 }
 
