@@ -10,17 +10,9 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
 mkdir -p "$OUT"
-B=/tmp/engram-build
-mkdir -p /tmp/sq && dpkg -x .device/libsqlite3-dev_*.deb /tmp/sq
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/device.txt"
 echo "commit ${ENGRAM_COMMIT:-unknown}" >> "$OUT/device.txt"
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGRAM_BUILD_UI=OFF -DENGRAM_BUILD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
-  -DSQLite3_INCLUDE_DIR=/tmp/sq/usr/include -DSQLite3_LIBRARY=/lib/x86_64-linux-gnu/libsqlite3.so.0 \
-  > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-cmake --build $B --target engram-cli -j16 >> "$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
-echo "built"
-CLI=$B/app/cli/engram-cli
+source bench/device_build.sh
 for dtype in f32 bf16; do
   for m in llama-gqa qwen2-bias-tied qwen3-qknorm llama3-rope-scaling mistral; do
     flags="--model tests/data/models/$m --ids 1000,5,6,7,8,9,10,11 --max-tokens 96 --ignore-eos --device cuda --dtype $dtype --policy streaming --kv-budget 32"

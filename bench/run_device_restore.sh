@@ -11,18 +11,10 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
 mkdir -p "$OUT"
-B=/tmp/engram-build
-mkdir -p /tmp/sq && dpkg -x .device/libsqlite3-dev_*.deb /tmp/sq
 nvidia-smi > "$OUT/device.txt" 2>&1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$OUT/device.txt" 2>&1
 df -h /tmp >> "$OUT/device.txt" 2>&1  # the profile (SQLite + KV blob) lives under /tmp
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGRAM_BUILD_UI=OFF -DENGRAM_BUILD_TESTS=OFF \
-  -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
-  -DSQLite3_INCLUDE_DIR=/tmp/sq/usr/include -DSQLite3_LIBRARY=/lib/x86_64-linux-gnu/libsqlite3.so.0 \
-  > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-cmake --build $B --target engram-cli -j16 >> "$OUT/build.log" 2>&1 || { grep -E "error" -A5 "$OUT/build.log" | head -60; exit 1; }
-echo "built"
-CLI=$B/app/cli/engram-cli
+source bench/device_build.sh
 timeout 300 $CLI bench restore --shape qwen2.5-7b --tokenizer tests/data/models/llama-gqa/tokenizer.model \
   --device cuda --dtype bf16 --history-tokens 16000 --repeat 3 --json "$OUT/restore-qwen2.5-7b.json" \
   > "$OUT/restore-qwen2.5-7b.out" 2> "$OUT/restore-qwen2.5-7b.err"

@@ -17,17 +17,14 @@
 #include "core/runtime/static_decode_step.h"
 #include "gpu/device_timeline.h"
 #include "gpu/rope_rotate.h"
-#include "support/reference_fixture.h"
+#include "support/fixture_models.h"
 
 using namespace engram;
 
 namespace {
 
 std::vector<int64_t> ids(int64_t n, int64_t salt = 0) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i)
-    v[i] = 3 + (i * 7919 + salt * 104729) % 900;
-  return v;
+  return test::token_ids(n, salt);
 }
 
 KvCacheShape shape_of(const ModelConfig& c) {
@@ -64,16 +61,11 @@ Run run_policy(const Decoder& decoder, MemoryPolicy& policy, int64_t capacity,
 class MemoryPoliciesTest : public QObject {
   Q_OBJECT
 
-  std::map<std::string, LoadedModel> models_;
-  const Decoder& decoder(const std::string& name) { return *models_.at(name).decoder; }
+  test::FixtureModels models_;
+  const Decoder& decoder(const std::string& name) { return models_.decoder(name); }
 
  private Q_SLOTS:
-  void initTestCase() {
-    for (const std::string name : {"llama-gqa", "qwen2-bias-tied"}) {
-      models_.emplace(
-          name, load_model({test::fixture_model(name), "", 0}, choose_device("cpu", "f32"), {}));
-    }
-  }
+  void initTestCase() { models_.load({"llama-gqa", "qwen2-bias-tied"}); }
 
   void registryKnowsThePoliciesAndRefusesOthers() {
     QCOMPARE(make_policy("full")->name(), std::string("full"));

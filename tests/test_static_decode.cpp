@@ -13,17 +13,14 @@
 #include "gpu/device_timeline.h"
 #include "gpu/rms_norm.h"
 #include "gpu/rope_kv_write.h"
-#include "support/reference_fixture.h"
+#include "support/fixture_models.h"
 
 using namespace engram;
 
 namespace {
 
 std::vector<int64_t> prompt_ids(int64_t n, int64_t salt) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i)
-    v[i] = 3 + (i * 7919 + salt * 104729) % 900;
-  return v;
+  return test::token_ids(n, salt);
 }
 
 KvCacheShape shape_of(const ModelConfig& c) {
@@ -74,16 +71,11 @@ Comparison compare_decode(const Decoder& decoder, int64_t prompt_len, int64_t st
 class StaticDecodeTest : public QObject {
   Q_OBJECT
 
-  std::map<std::string, LoadedModel> models_;
-  const Decoder& decoder(const std::string& name) { return *models_.at(name).decoder; }
+  test::FixtureModels models_;
+  const Decoder& decoder(const std::string& name) { return models_.decoder(name); }
 
  private Q_SLOTS:
-  void initTestCase() {
-    for (const std::string name : {"qwen2-bias-tied", "llama-gqa"}) {
-      models_.emplace(
-          name, load_model({test::fixture_model(name), "", 0}, choose_device("cpu", "f32"), {}));
-    }
-  }
+  void initTestCase() { models_.load({"qwen2-bias-tied", "llama-gqa"}); }
 
   void staticStepMatchesPerLayerDecode_data() {
     QTest::addColumn<QString>("model");
