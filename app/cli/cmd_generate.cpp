@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -53,6 +54,16 @@ void print_stats(const GenerationResult& r, int64_t reused) {
                static_cast<long long>(r.prompt_tokens + reused), static_cast<long long>(reused),
                r.tokens.size(), r.time_to_first_token_ms, r.decode_tokens_per_s,
                static_cast<long long>(r.peak_kv_tokens), r.stop_reason.c_str());
+}
+
+// Bytes this process has passed to write(2) so far (/proc/self/io "wchar"); -1 if unknown.
+int64_t process_bytes_written() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  long long value = 0;
+  while (io >> key >> value)
+    if (key == "wchar:") return value;
+  return -1;
 }
 
 }  // namespace
@@ -182,7 +193,19 @@ int run_chat(int argc, char** argv) {
     std::fputc('\n', stdout);
     print_stats(reply.generation, reply.reused_tokens);
     if (!reply.memory_note.empty()) std::fprintf(stderr, "%s\n", reply.memory_note.c_str());
-    if (store) store->save(conversation, session);
+    if (store) {
+      // What one save costs, from the process's own write counter: the append-only store writes
+      // the turn's new KV, not the history's.
+      const int64_t before = process_bytes_written();
+      const int64_t id = store->save(conversation, session);
+      const int64_t written = process_bytes_written() - before;
+      if (const auto kv = store->stored_kv(id)) {
+        std::fprintf(stderr,
+                     "saved: %lld bytes written (stored KV %lld bytes, %lld tokens in %lld runs)\n",
+                     static_cast<long long>(written), static_cast<long long>(kv->kv_bytes),
+                     static_cast<long long>(kv->tokens), static_cast<long long>(kv->runs));
+      }
+    }
   }
   return 0;
 }

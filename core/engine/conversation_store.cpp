@@ -188,6 +188,15 @@ int64_t save_runs(storage::KvBlobStore& blobs, int64_t id, ChatSession& session)
       put_run(blobs, id, layers, dtype, cut, session.cached_ids(), fingerprint);
     }
   }
+  // One run per save: the pieces captured before plans and the cached tail are contiguous.
+  if (pending.size() > 1) {
+    std::vector<at::Tensor> kv, pos;
+    for (const KvRun& run : pending) {
+      kv.push_back(run.kv);
+      pos.push_back(run.positions);
+    }
+    pending = {KvRun{pending.front().begin, pending.back().end, at::cat(kv, 3), at::cat(pos, 0)}};
+  }
   for (const KvRun& run : pending) {
     if (run.end <= valid) continue;
     KvRun part = run;
