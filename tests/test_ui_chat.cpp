@@ -1,10 +1,11 @@
 // The desktop window end to end with the fixture model on the CPU: a chat streams tokens into the
 // view and lands in the store, a new window on the same profile brings the conversation back, copy
 // and regenerate act on the last answer, the memory inspector updates while the answer streams and
-// its totals equal the engine's cache, the timeline keeps earlier requests to pick from, and the
-// UI thread never stalls while the worker generates.
+// its totals equal the engine's cache, the timeline keeps earlier requests to pick from, the UI
+// thread never stalls while the worker generates, and an answer's memory line sits under its stats.
 #include <QClipboard>
 #include <QElapsedTimer>
+#include <QLabel>
 #include <QLineEdit>
 #include <QSignalSpy>
 #include <QTemporaryDir>
@@ -83,6 +84,8 @@ class UiChatTest : public QObject {
       QVERIFY(answer.startsWith(s) || s.isEmpty());
     QVERIFY(w->chat()->at(1)->stats_text().contains(QStringLiteral("tokens/s")));
     QVERIFY(w->chat()->at(1)->stats_text().contains(QStringLiteral("first token")));
+    // A short chat moves nothing out of attention: no memory line.
+    QVERIFY(w->chat()->at(1)->memory_note_text().isEmpty());
     first_answer_ = answer;
 
     // In the store, read through the UI's kind of connection.
@@ -103,6 +106,33 @@ class UiChatTest : public QObject {
     QTRY_COMPARE(w->conversations()->count(), 1);
     // A traced request reached the timeline panel.
     QTRY_VERIFY(!w->timeline()->model().empty());
+  }
+
+  void memoryNoteIsALineUnderTheStats() {
+    engram::ui::ChatView view;
+    view.resize(600, 400);
+    view.add_message(QStringLiteral("user"), QStringLiteral("a long question"));
+    auto* answer = view.add_message(QStringLiteral("assistant"), QStringLiteral("an answer"));
+    engram::ReplyStats stats;
+    stats.generated_tokens = 3;
+    stats.evicted_tokens = 412;
+    stats.memory_note =
+        "memory (streaming, budget 1024): 412 tokens moved out of attention; attention holds "
+        "1024 of 5311 tokens; the text is kept whole";
+    answer->set_stats(stats);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    QCOMPARE(answer->memory_note_text(), QString::fromStdString(stats.memory_note));
+    auto* footer = answer->findChild<QLabel*>(QStringLiteral("replyStats"));
+    auto* memory = answer->findChild<QLabel*>(QStringLiteral("replyMemory"));
+    QVERIFY(footer && memory && memory->isVisible());
+    QVERIFY(memory->geometry().top() >= footer->geometry().bottom());
+    QCOMPARE(memory->foregroundRole(), footer->foregroundRole());
+    // A reply that moved nothing has no memory line.
+    stats.memory_note.clear();
+    answer->set_stats(stats);
+    QVERIFY(answer->memory_note_text().isEmpty());
+    QVERIFY(!memory->isVisible());
   }
 
   void reopeningRestoresConversation() {

@@ -3,8 +3,11 @@
 // window (model, device, dtype, sampling, geometry, dock layout, a panel added late), the system
 // palette (light and dark), the delete confirmation, Markdown answers, and failures shown as
 // readable messages while the app goes on and keeps every conversation: a damaged conversation
-// in the store, a turn the engine refuses, out of memory.
+// in the store, a turn the engine refuses, out of memory; the memory policy chosen in the model
+// bar (the default one answers past the model's positions, with a memory line under the answer;
+// each conversation keeps its own).
 #include <QAction>
+#include <QComboBox>
 #include <QDockWidget>
 #include <QElapsedTimer>
 #include <QLabel>
@@ -16,6 +19,7 @@
 #include <QProgressBar>
 #include <QPushButton>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QStyleFactory>
 #include <QTemporaryDir>
 #include <QTextBlock>
@@ -74,6 +78,24 @@ class UiWindowTest : public QObject {
       engram::ui_test::set_greedy(*w, 24);
     }
     return w;
+  }
+
+  // Picks `policy` (and a budget) in the model bar's widgets, as a person would.
+  static void choose_policy(MainWindow& w, const QString& policy, int budget = -1) {
+    QComboBox* combo = w.model_bar()->policy_combo();
+    const int index = combo->findText(policy);
+    QVERIFY2(index >= 0, qPrintable(policy));
+    combo->setCurrentIndex(index);
+    if (budget >= 0) w.model_bar()->budget_spin()->setValue(budget);
+    QCOMPARE(w.model_bar()->memory_policy().spec, policy.toStdString());
+  }
+
+  // Past the fixture's 2048 positions (about 2,400 tokens).
+  static QString longer_than_the_positions() {
+    QString text;
+    for (int i = 0; i < 1200; ++i)
+      text += QStringLiteral("memory cache ");
+    return text.trimmed();
   }
 
   static void activate(MainWindow& w) {
@@ -498,15 +520,17 @@ class UiWindowTest : public QObject {
 
   void refusedTurnGivesTheTextBackAndKeepsTheConversation() {
     auto w = open_window(QStringLiteral("refused"));
+    // The default policy answers past the positions (see below); "full" keeps every token and
+    // refuses. Chosen through the model bar, which sends it to the assistant.
+    choose_policy(*w, QStringLiteral("full"));
+    QVERIFY(!w->model_bar()->budget_spin()->isEnabled());
+    QCOMPARE(w->model_bar()->memory_policy().spec, std::string("full"));
     w->sendText(QStringLiteral("A first question"));
     QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
     const qint64 id = w->current_conversation();
     const QString first_answer = w->chat()->at(1)->text();
     // Past the fixture's 2048 positions: the engine refuses the turn.
-    QString too_long;
-    for (int i = 0; i < 1200; ++i)
-      too_long += QStringLiteral("memory cache ");
-    too_long = too_long.trimmed();
+    const QString too_long = longer_than_the_positions();
     w->sendText(too_long);
     QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
     QVERIFY2(w->error_text().contains(QStringLiteral("positions")), qPrintable(w->error_text()));
@@ -526,6 +550,136 @@ class UiWindowTest : public QObject {
     QCOMPARE(stored.size(), size_t(4));
     QCOMPARE(QString::fromStdString(stored[1].text), first_answer);
     QCOMPARE(QString::fromStdString(stored[2].text), QStringLiteral("A shorter one"));
+  }
+
+  void modelBarShowsAndEmitsMemoryPolicies() {
+    engram::ui::register_worker_metatypes();
+    engram::ui::ModelBar bar;
+    QSignalSpy chosen(&bar, &engram::ui::ModelBar::memoryPolicyChosen);
+    const auto last = [&chosen] {
+      return qvariant_cast<engram::MemoryPolicyChoice>(chosen.last().at(0));
+    };
+    QComboBox* combo = bar.policy_combo();
+    QSpinBox* budget = bar.budget_spin();
+    const auto policies = engram::Assistant::memory_policies();
+    QCOMPARE(combo->count(), int(policies.size()));
+    for (int i = 0; i < combo->count(); ++i) {
+      QCOMPARE(combo->itemText(i), QString::fromStdString(policies[size_t(i)].name));
+      QCOMPARE(combo->itemData(i, Qt::ToolTipRole).toString(),
+               QString::fromStdString(policies[size_t(i)].summary));
+    }
+    // Shown without a signal; options stay with the spec.
+    bar.set_memory_policy({"streaming:sinks=8", 1024});
+    QCOMPARE(chosen.count(), 0);
+    QCOMPARE(combo->currentText(), QStringLiteral("streaming"));
+    QCOMPARE(budget->value(), 1024);
+    budget->setValue(512);
+    QCOMPARE(chosen.count(), 1);
+    QCOMPARE(last().spec, std::string("streaming:sinks=8"));
+    QCOMPARE(last().kv_budget, int64_t(512));
+    // An unbounded policy: no budget.
+    combo->setCurrentIndex(combo->findText(QStringLiteral("full")));
+    QCOMPARE(chosen.count(), 2);
+    QCOMPARE(last().spec, std::string("full"));
+    QCOMPARE(last().kv_budget, int64_t(0));
+    QVERIFY(!budget->isEnabled());
+    QCOMPARE(budget->text(), QStringLiteral("default"));
+    // Another policy starts from its defaults.
+    combo->setCurrentIndex(combo->findText(QStringLiteral("streaming")));
+    QCOMPARE(last().spec, std::string("streaming"));
+    QVERIFY(budget->isEnabled());
+    // 0 or 16 and more: the arrows step over 1..15, a typed 8 is not taken.
+    budget->stepUp();
+    QCOMPARE(budget->value(), 16);
+    QCOMPARE(last().kv_budget, int64_t(16));
+    budget->stepDown();
+    QCOMPARE(budget->value(), 0);
+    budget->setValue(300);
+    const int before = chosen.count();
+    budget->selectAll();
+    QTest::keyClicks(budget, QStringLiteral("8"));
+    QTest::keyClick(budget, Qt::Key_Return);
+    QCOMPARE(budget->value(), 300);
+    QCOMPARE(chosen.count(), before);
+    budget->selectAll();
+    QTest::keyClicks(budget, QStringLiteral("80"));
+    QTest::keyClick(budget, Qt::Key_Return);
+    QCOMPARE(budget->value(), 80);
+    QCOMPARE(last().kv_budget, int64_t(80));
+  }
+
+  void defaultPolicyAnswersPastThePositionsAndEachConversationKeepsItsPolicy() {
+    const QString name = QStringLiteral("policies");
+    auto w = open_window(name);
+    engram::ui_test::set_greedy(*w, 6);
+    engram::ui::ModelBar* bar = w->model_bar();
+    // The bar lists the assistant's policies and shows the default one.
+    QCOMPARE(bar->policy_combo()->count(), int(engram::Assistant::memory_policies().size()));
+    const engram::MemoryPolicyChoice defaults = engram::Assistant::default_memory_policy();
+    QCOMPARE(bar->memory_policy().spec, defaults.spec);
+    QCOMPARE(bar->policy_combo()->currentText(), QString::fromStdString(defaults.spec));
+    QCOMPARE(bar->budget_spin()->text(), QStringLiteral("default"));
+    QVERIFY(bar->budget_spin()->isEnabled());
+
+    // Past the fixture's 2048 positions: answered, and the memory line says what left attention.
+    w->sendText(longer_than_the_positions());
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    QCOMPARE(w->chat()->count(), 2);
+    QVERIFY(w->chat()->last()->stats().evicted_tokens > 0);
+    const QString note = w->chat()->last()->memory_note_text();
+    QVERIFY2(note.contains(QStringLiteral("moved out of attention")), qPrintable(note));
+    QVERIFY(w->chat()->at(0)->memory_note_text().isEmpty());
+    // The inspector counts the evicted tokens (no bytes: no KV is kept for them).
+    QTRY_VERIFY(w->inspector()->model()->snapshot().tokens_by_location[int(
+                    engram::MemoryLocation::kEvicted)] > 0);
+    const QString totals = w->inspector()->totals_text();
+    QVERIFY2(totals.contains(QStringLiteral("evicted: ")) &&
+                 totals.contains(QStringLiteral("out of attention")),
+             qPrintable(totals));
+    // A unit the policy thinned shows how much of it stays in attention.
+    const auto shows_in_attention = [&w] {
+      const auto* m = w->inspector()->model();
+      for (int r = 0; r < m->rowCount(); ++r) {
+        if (m->data(m->index(r, engram::ui::MemoryUnitsModel::kTokens), Qt::DisplayRole)
+                .toString()
+                .contains(QStringLiteral(" in attention")))
+          return true;
+      }
+      return false;
+    };
+    QTRY_VERIFY(shows_in_attention());
+    const qint64 first = w->current_conversation();
+
+    // SnapKV with a budget of 256 for this conversation, full for a new one.
+    choose_policy(*w, QStringLiteral("snapkv"), 256);
+    w->newConversation();
+    QTRY_VERIFY(w->current_conversation() != 0 && w->current_conversation() != first);
+    const qint64 second = w->current_conversation();
+    choose_policy(*w, QStringLiteral("full"));
+    // Reopened, each shows its own again.
+    Q_EMIT w->conversations()->openRequested(first);
+    QTRY_COMPARE(w->current_conversation(), first);
+    QTRY_COMPARE(bar->policy_combo()->currentText(), QStringLiteral("snapkv"));
+    QCOMPARE(bar->memory_policy().spec, std::string("snapkv"));
+    QCOMPARE(bar->memory_policy().kv_budget, int64_t(256));
+    QCOMPARE(bar->budget_spin()->value(), 256);
+    QVERIFY(bar->budget_spin()->isEnabled());
+    Q_EMIT w->conversations()->openRequested(second);
+    QTRY_COMPARE(w->current_conversation(), second);
+    QTRY_COMPARE(bar->policy_combo()->currentText(), QStringLiteral("full"));
+    QVERIFY(!bar->budget_spin()->isEnabled());
+    Q_EMIT w->conversations()->openRequested(first);
+    QTRY_COMPARE(w->current_conversation(), first);
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+
+    // A new window (a new Assistant on the same store) reopens the first with snapkv/256.
+    w.reset();
+    w = open_window(name);
+    QCOMPARE(w->current_conversation(), first);
+    QTRY_COMPARE(w->model_bar()->memory_policy().spec, std::string("snapkv"));
+    QCOMPARE(w->model_bar()->memory_policy().kv_budget, int64_t(256));
+    QCOMPARE(w->model_bar()->budget_spin()->value(), 256);
   }
 
   void outOfMemoryReadsAsOutOfMemory() {

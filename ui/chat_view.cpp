@@ -58,6 +58,15 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   footer_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   footer_->setMinimumWidth(0);
   footer_->setWordWrap(true);  // a narrow chat wraps the stats instead of cutting them
+  // What the memory policy did in this turn, in the footer's style, under it.
+  memory_ = new QLabel(this);
+  memory_->setObjectName(QStringLiteral("replyMemory"));
+  memory_->setForegroundRole(QPalette::PlaceholderText);
+  memory_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  memory_->setMinimumWidth(0);
+  memory_->setWordWrap(true);
+  memory_->setTextFormat(Qt::PlainText);
+  memory_->setVisible(false);
   copy_ = new QToolButton(this);
   copy_->setObjectName(QStringLiteral("copyButton"));
   copy_->setText(tr("Copy"));
@@ -77,6 +86,7 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   layout->addWidget(who);
   layout->addWidget(body_);
   layout->addLayout(bottom);
+  layout->addWidget(memory_);
   footer_->setVisible(false);
   copy_->setVisible(role != QLatin1String("user"));
 
@@ -147,6 +157,8 @@ void MessageBubble::set_stats(const ReplyStats& s) {
   if (s.stop_reason == "length") text += tr(" · token limit");
   footer_->setText(text);
   footer_->setVisible(true);
+  memory_->setText(QString::fromStdString(s.memory_note));
+  memory_->setVisible(!s.memory_note.empty());
 }
 
 void MessageBubble::set_note(const QString& note) {
@@ -156,6 +168,10 @@ void MessageBubble::set_note(const QString& note) {
 
 QString MessageBubble::stats_text() const {
   return footer_->text();
+}
+
+QString MessageBubble::memory_note_text() const {
+  return memory_->isVisibleTo(this) ? memory_->text() : QString();
 }
 
 void MessageBubble::set_regenerate_visible(bool visible) {

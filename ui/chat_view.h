@@ -1,7 +1,7 @@
 // The chat: one bubble per message, answers rendered as Markdown (QTextDocument::setMarkdown),
 // streamed text re-rendered every 50 ms or more (more as the answer grows, so the UI thread stays
 // free), and under each answer its time to first token and tokens/s with copy and regenerate
-// buttons.
+// buttons, and a line on what the memory policy moved out of attention when it moved anything.
 #pragma once
 
 #include <QFrame>
@@ -33,6 +33,8 @@ class MessageBubble : public QFrame {
   void set_note(const QString& note);
   void set_regenerate_visible(bool visible);
   QString stats_text() const;
+  // ReplyStats::memory_note of the answer ("memory (streaming, budget 1024): …"); empty: none.
+  QString memory_note_text() const;
 
  Q_SIGNALS:
   void regenerateRequested();
@@ -48,6 +50,7 @@ class MessageBubble : public QFrame {
   QString text_;
   QTextBrowser* body_;
   QLabel* footer_;
+  QLabel* memory_;
   QToolButton* copy_;
   QToolButton* regenerate_;
   QTimer* render_timer_;

@@ -52,6 +52,7 @@ void register_worker_metatypes() {
   qRegisterMetaType<engram::MemorySnapshot>();
   qRegisterMetaType<engram::MemoryRestore>();
   qRegisterMetaType<engram::MemorySave>();
+  qRegisterMetaType<engram::MemoryPolicyChoice>();
 }
 
 EngineWorker::EngineWorker(QString profile_dir, EngineEvents* events)
@@ -88,6 +89,7 @@ void EngineWorker::loadModel(const ModelLoadRequest& request) {
     const ModelInfo info = assistant_->load(
         request, [this](const ModelLoadProgress& p) { Q_EMIT modelLoadProgress(p); });
     Q_EMIT modelLoaded(info);
+    Q_EMIT memoryPolicyChanged(assistant_->memory_policy());
     refreshMemory();
     restore_memory();  // the open conversation's KV for the new model (or why it cannot be used)
   } catch (const std::exception& e) {
@@ -116,6 +118,7 @@ void EngineWorker::newConversation() {
   try {
     OpenedConversation opened;
     opened.info = assistant_->new_conversation();
+    opened.policy = assistant_->memory_policy();  // what the last one used
     Q_EMIT conversationOpened(opened);
     Q_EMIT conversationsChanged();
     refreshMemory();
@@ -237,6 +240,22 @@ void EngineWorker::save_memory() {
                     "saved; after a restart it is rebuilt from the text. (%1)")
                      .arg(readable_error(e)));
   }
+}
+
+void EngineWorker::setMemoryPolicy(const MemoryPolicyChoice& choice) {
+  if (!ready()) return;
+  try {
+    assistant_->set_memory_policy(choice);
+  } catch (const std::exception& e) {
+    Q_EMIT error(tr("Memory policy “%1”%2 not used: %3")
+                     .arg(QString::fromStdString(choice.spec),
+                          choice.kv_budget > 0 ? tr(" with a KV budget of %1").arg(choice.kv_budget)
+                                               : QString(),
+                          message_of(e)));
+  }
+  // The policy in force either way: the model bar shows it again after a refusal.
+  Q_EMIT memoryPolicyChanged(assistant_->memory_policy());
+  refreshMemory();
 }
 
 void EngineWorker::refreshMemory() {

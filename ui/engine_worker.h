@@ -23,6 +23,7 @@ Q_DECLARE_METATYPE(engram::ReplyStats)
 Q_DECLARE_METATYPE(engram::MemorySnapshot)
 Q_DECLARE_METATYPE(engram::MemoryRestore)
 Q_DECLARE_METATYPE(engram::MemorySave)
+Q_DECLARE_METATYPE(engram::MemoryPolicyChoice)
 
 namespace engram::ui {
 
@@ -50,6 +51,9 @@ class EngineWorker : public QObject {
   void send(const QString& text, const engram::AssistantSampling& sampling);
   void regenerate(const engram::AssistantSampling& sampling);
   void refreshMemory();
+  // The open conversation's memory policy (the one new conversations get when none is open);
+  // answers with memoryPolicyChanged, or error and memoryPolicyChanged with the policy that stays.
+  void setMemoryPolicy(const engram::MemoryPolicyChoice& choice);
   // Closes the model and the store (the profile lock goes with it).
   void shutdown();
 
@@ -76,6 +80,8 @@ class EngineWorker : public QObject {
   // The conversation's KV went to the store after a reply.
   void memorySaved(const engram::MemorySave& save);
   void conversationsChanged();
+  // The assistant's memory policy now: after setMemoryPolicy, a model load, New and an open.
+  void memoryPolicyChanged(const engram::MemoryPolicyChoice& choice);
   void error(const QString& message);
 
  private:

@@ -183,6 +183,12 @@ void MainWindow::connect_worker() {
     statusBar()->showMessage(tr("No profile"));
   });
   connect(worker_, &EngineWorker::modelLoadProgress, model_bar_, &ModelBar::set_progress);
+  // The memory policy: the person's choice goes to the worker (stored with the open
+  // conversation); what the assistant then uses comes back, also after a load, New and an open.
+  connect(model_bar_, &ModelBar::memoryPolicyChosen, worker_, &EngineWorker::setMemoryPolicy,
+          Qt::QueuedConnection);
+  connect(worker_, &EngineWorker::memoryPolicyChanged, model_bar_, &ModelBar::set_memory_policy,
+          Qt::QueuedConnection);
   connect(worker_, &EngineWorker::modelLoaded, this, [this](const ModelInfo& info) {
     model_loaded_ = true;
     loaded_model_ = pending_model_;
@@ -248,6 +254,7 @@ void MainWindow::connect_worker() {
       chat_->add_message(QStringLiteral("user"), sending);
       chat_->add_message(QStringLiteral("assistant"), QString());
     }
+    if (!c.policy.spec.empty()) model_bar_->set_memory_policy(c.policy);
     if (!c.note.empty()) statusBar()->showMessage(QString::fromStdString(c.note), 10000);
     banner_->setVisible(false);
     Q_EMIT conversationShown(current_);

@@ -37,7 +37,26 @@ QString state_explained(const std::string& state) {
   if (state == "text only") {
     return QObject::tr("Only its text exists; its KV is computed (prefilled) on the next reply.");
   }
+  if (state == "evicted") {
+    return QObject::tr(
+        "The memory policy moved all its tokens out of attention: no KV of it is kept, its text "
+        "is.");
+  }
+  if (state == "partly evicted") {
+    return QObject::tr(
+        "The memory policy moved some of its tokens out of attention (Tokens shows how many "
+        "stay); the rest keep their KV.");
+  }
   return QString::fromStdString(state);
+}
+
+// A unit with KV on the device of which the policy moved some tokens out of attention (a unit
+// only partly computed also has fewer tokens in attention than it has: that one is not meant).
+bool partly_in_attention(const MemoryUnit& u) {
+  const bool on_device = u.location == MemoryLocation::kGpu ||
+                         u.location == MemoryLocation::kPinnedCpu ||
+                         u.location == MemoryLocation::kCpu;
+  return on_device && u.state != "partly cached" && u.attention_tokens < u.tokens;
 }
 
 }  // namespace
@@ -89,6 +108,15 @@ QVariant MemoryUnitsModel::data(const QModelIndex& index, int role) const {
       return QStringLiteral("#%1 %2").arg(u.index).arg(
           QString::fromStdString(u.kind == "utterance" ? u.role : u.kind));
     case kTokens:
+      if (partly_in_attention(u)) {
+        if (role == Qt::ToolTipRole) {
+          return tr("%1 of its %2 tokens are in attention (mean over layers and KV heads); the "
+                    "memory policy moved the others out, their text is kept")
+              .arg(u.attention_tokens)
+              .arg(u.tokens);
+        }
+        return tr("%1/%2 in attention").arg(u.attention_tokens).arg(u.tokens);
+      }
       return QVariant::fromValue<qlonglong>(u.tokens);
     case kLocation:
       return QString::fromUtf8(memory_location_name(u.location));
@@ -152,6 +180,13 @@ void MemoryInspector::setSnapshot(const MemorySnapshot& snapshot) {
   for (int l = 0; l < kMemoryLocationCount; ++l) {
     const auto loc = static_cast<MemoryLocation>(l);
     if (loc == MemoryLocation::kNone) continue;
+    if (loc == MemoryLocation::kEvicted) {
+      // Out of attention: no KV is kept for them, so no bytes (their text is).
+      parts << tr("%1: %2 tokens, out of attention (no KV kept)")
+                   .arg(QString::fromUtf8(memory_location_name(loc)))
+                   .arg(snapshot.tokens_by_location[l]);
+      continue;
+    }
     parts << tr("%1: %2 tokens, %3")
                  .arg(QString::fromUtf8(memory_location_name(loc)))
                  .arg(snapshot.tokens_by_location[l])

@@ -1,9 +1,11 @@
 // The model picker: the bundled model or a Hugging Face folder the person chooses, the device and
-// dtype, a Load button, and the progress bar of the background load.
+// dtype, a Load button, and the progress bar of the background load; then the open conversation's
+// memory policy (Assistant::memory_policies()) and its KV budget per layer.
 #pragma once
 
 #include <QStringList>
 #include <QWidget>
+#include <vector>
 
 #include "core/engine/assistant.h"
 
@@ -11,8 +13,11 @@ class QComboBox;
 class QLabel;
 class QProgressBar;
 class QPushButton;
+class QSpinBox;
 
 namespace engram::ui {
+
+class StatusLabel;
 
 class ModelBar : public QWidget {
   Q_OBJECT
@@ -36,19 +41,38 @@ class ModelBar : public QWidget {
   QString status_text() const;
   QProgressBar* progress_bar() const { return progress_; }
 
+  // The memory policy shown (its full spec, e.g. "streaming:sinks=8", and budget; 0 = the
+  // policy's default).
+  MemoryPolicyChoice memory_policy() const { return policy_; }
+  QComboBox* policy_combo() const { return policy_combo_; }
+  QSpinBox* budget_spin() const { return budget_; }
+
+ public Q_SLOTS:
+  // Shows `choice` (the item named by the spec's part before ':'; the full spec is kept) without
+  // emitting memoryPolicyChosen.
+  void set_memory_policy(const engram::MemoryPolicyChoice& choice);
+
  Q_SIGNALS:
   void loadRequested(const engram::ModelLoadRequest& request);
+  // The person picked another policy or budget.
+  void memoryPolicyChosen(const engram::MemoryPolicyChoice& choice);
 
  private:
   void add_dir(const QString& dir);
   void choose_folder();
+  void policy_edited();
+  bool bounded(int policy_index) const;
 
   QComboBox* model_;
   QComboBox* device_;
   QComboBox* dtype_;
   QPushButton* load_;
   QProgressBar* progress_;
-  QLabel* status_;
+  StatusLabel* status_;
+  QComboBox* policy_combo_;
+  QSpinBox* budget_;
+  std::vector<MemoryPolicyInfo> policies_;
+  MemoryPolicyChoice policy_;
   int last_index_ = 0;
   QString loaded_;  // what set_loaded() last showed; empty before any model loaded
 };
