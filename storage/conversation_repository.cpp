@@ -122,9 +122,22 @@ void ConversationRepository::set_memory_policy(std::int64_t id, const std::strin
 }
 
 void ConversationRepository::truncate(std::int64_t conversation_id, std::int64_t from_index) {
+  if (from_index < 0) {
+    throw StoreError(db_.file(), unit(conversation_id),
+                     "cannot truncate from utterance " + std::to_string(from_index));
+  }
+  Transaction transaction(db_, unit(conversation_id));
+  load(conversation_id);
+  // Only a tail goes, so the remaining indexes stay dense and append() continues at from_index.
   Statement del(db_, "DELETE FROM utterances WHERE conversation_id = ?1 AND idx >= ?2",
                 unit(conversation_id));
   del.bind(1, conversation_id).bind(2, from_index).run();
+  if (db_.changes() > 0) {
+    Statement touch(db_, "UPDATE conversations SET updated_ms = max(updated_ms, ?2) WHERE id = ?1",
+                    unit(conversation_id));
+    touch.bind(1, conversation_id).bind(2, unix_now_ms()).run();
+  }
+  transaction.commit();
 }
 
 void ConversationRepository::remove(std::int64_t id) {

@@ -30,7 +30,10 @@ class ConversationRepository {
   // StoreError).
   void set_memory_policy(std::int64_t id, const std::string& policy, std::int64_t kv_budget);
   void remove(std::int64_t id);  // throws NotFound
-  // Deletes utterances [from_index, end): a replaced tail (regenerate, a failed turn).
+  // Deletes utterances [from_index, end): a replaced tail (regenerate, a failed turn). The next
+  // append() gets index from_index (or the old count when that was smaller). Touches updated_ms
+  // when it deleted anything. Throws NotFound for a missing conversation, StoreError for a
+  // negative from_index.
   void truncate(std::int64_t conversation_id, std::int64_t from_index);
 
   // Stores `utterance` at the next index of the conversation (its conversation_id and index are

@@ -3,7 +3,11 @@
 // moments (during open, mid-transaction, between a blob's rename and its row) and after every
 // kill checks that the store opens, PRAGMA integrity_check is ok, every logged commit reads back
 // (text hashes, segment versions, blob checksums), every row's blob file is whole, no file is
-// left unreferenced, and multi-row transactions are all-or-nothing.
+// left unreferenced, and multi-row transactions are all-or-nothing. The writer also saves KV the
+// way the engine does (append-only "kv_run" blobs plus a replaced "kv_manifest", now and then
+// cutting back to an earlier token), and every conversation's runs must then partition
+// [0, stored end) exactly, with the last logged save or the one right after it visible: a
+// committed save is never lost and a half save never shows.
 //
 // ENGRAM_STORE_KILLS sets the number of kills (default 200); tests/soak_store_kill.sh runs
 // 10,000.
@@ -15,8 +19,10 @@
 #include <QtTest>
 
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -50,11 +56,16 @@ struct Promises {
   std::map<std::tuple<std::int64_t, std::int64_t, std::int32_t>,
            std::pair<std::uint64_t, std::uint64_t>>
       blobs;
+  // conversation -> (stored end, manifest checksum) of its last KV save, logged or seen
+  std::map<std::int64_t, std::pair<std::int64_t, std::uint64_t>> kv;
   std::size_t lines = 0;
+  std::size_t kv_saves = 0;
+  std::size_t kv_cuts = 0;  // logged saves whose end is below the previous one
 
   void forget(std::int64_t id) {
     conversations.erase(id);
     deleting.erase(id);
+    kv.erase(id);
     std::erase_if(utterances, [&](const auto& entry) { return entry.first.first == id; });
     std::erase_if(segments, [&](const auto& entry) { return entry.first.first == id; });
     std::erase_if(blobs, [&](const auto& entry) { return std::get<0>(entry.first) == id; });
@@ -85,6 +96,13 @@ struct Promises {
       std::uint64_t generation = 0, checksum = 0;
       in >> unit >> begin >> end >> generation >> checksum;
       blobs[{id, unit, begin}] = {generation, checksum};
+    } else if (tag == "R") {
+      std::int64_t end = 0;
+      std::uint64_t checksum = 0;
+      in >> end >> checksum;
+      ++kv_saves;
+      if (const auto last = kv.find(id); last != kv.end() && end < last->second.first) ++kv_cuts;
+      kv[id] = {end, checksum};
     } else if (tag == "D?") {
       deleting.insert(id);
     } else if (tag == "D") {
@@ -118,7 +136,88 @@ struct Totals {
   std::size_t swept = 0;
   std::size_t blobs_checked = 0;
   std::size_t rows_checked = 0;
+  std::size_t kv_runs_checked = 0;
 };
+
+constexpr const char* kModel = "kill-test-model";  // storage_kill_writer's fingerprint
+
+// The KV runs and manifest of one conversation (storage_kill_writer's save_kv): the runs cover
+// [0, stored end) in order with no gap or overlap, each run's bytes pass their checksum and hold
+// their token indexes, and the manifest is the last promised save or the one after it (its
+// bytes name the checksum of the manifest it replaced). What is seen becomes the promise, so a
+// save that committed just before a kill but was never logged cannot be lost later either.
+std::string check_kv(KvBlobStore& blobs, std::int64_t id, Promises& promises, Totals& totals) {
+  const std::string who = "KV of conversation " + std::to_string(id);
+  std::vector<KvBlobRecord> runs;  // list() orders them by unit id, their first token
+  std::optional<KvBlobRecord> manifest;
+  for (KvBlobRecord& record : blobs.list(id)) {
+    if (record.key.unit.kind == "kv_run") runs.push_back(std::move(record));
+    if (record.key.unit.kind == "kv_manifest") manifest = std::move(record);
+  }
+  const auto promised = promises.kv.find(id);
+  if (!manifest) {
+    if (!runs.empty()) return who + ": runs without a manifest, a save was torn";
+    if (promised != promises.kv.end()) return who + ": a committed save was lost";
+    return {};
+  }
+  if (manifest->layout.positions.size() != 1) return who + ": the manifest has no single end";
+  const std::int64_t stored_end = manifest->layout.positions[0];
+  std::int64_t next = 0;
+  for (const KvBlobRecord& run : runs) {
+    const std::string where = who + ": run at " + std::to_string(run.key.unit.id);
+    if (run.key.unit.id != next) {
+      return where + " where token " + std::to_string(next) + " was next (gap or overlap)";
+    }
+    const std::vector<std::int64_t>& positions = run.layout.positions;
+    if (positions.empty() || run.layout.shape.empty() ||
+        run.layout.shape[0] != static_cast<std::int64_t>(positions.size())) {
+      return where + ": its layout does not match its positions";
+    }
+    KvBlobStore::Blob blob;
+    try {
+      blob = blobs.get(run.key, kModel);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    const std::size_t token_bytes = blob.data.size() / positions.size();
+    for (std::size_t t = 0; t < positions.size(); ++t) {
+      std::int64_t index = 0;
+      std::memcpy(&index, blob.data.data() + t * token_bytes, sizeof index);
+      if (positions[t] != next || index != next) {
+        return where + ": token " + std::to_string(next) + " is missing or misplaced";
+      }
+      ++next;
+    }
+    ++totals.kv_runs_checked;
+  }
+  if (next != stored_end) {
+    return who + ": the runs end at " + std::to_string(next) + ", the manifest says " +
+           std::to_string(stored_end);
+  }
+  std::int64_t words[3] = {};  // stored end, checksum of the replaced manifest, generation
+  try {
+    const KvBlobStore::Blob blob = blobs.get(manifest->key, kModel);
+    if (blob.data.size() != sizeof words) return who + ": the manifest has the wrong size";
+    std::memcpy(words, blob.data.data(), sizeof words);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  if (words[0] != stored_end) return who + ": the manifest's bytes and row disagree";
+  const auto previous = static_cast<std::uint64_t>(words[1]);
+  if (promised == promises.kv.end()) {
+    if (previous != 0) return who + ": a save shows on top of a save nobody saw";
+  } else {
+    const auto [end, checksum] = promised->second;
+    const bool same = manifest->checksum == checksum && stored_end == end;
+    if (!same && previous != checksum) {
+      return who + " ends at " + std::to_string(stored_end) +
+             ", which is neither the last committed save (end " + std::to_string(end) +
+             ") nor the one after it";
+    }
+  }
+  promises.kv[id] = {stored_end, manifest->checksum};
+  return {};
+}
 
 // Returns the first broken promise, or an empty string.
 std::string check_store(const fs::path& profile, Promises& promises, Totals& totals) {
@@ -177,6 +276,14 @@ std::string check_store(const fs::path& profile, Promises& promises, Totals& tot
     if (generation < expected.first ||
         (generation == expected.first && record->checksum != expected.second)) {
       return "blob of conversation " + std::to_string(id) + " went back in time";
+    }
+  }
+  for (const auto& [id, expected] : promises.kv) {
+    if (!conversations.find(id)) return "conversation " + std::to_string(id) + " with KV lost";
+  }
+  for (const Conversation& c : conversations.list()) {
+    if (std::string broken = check_kv(blobs, c.id, promises, totals); !broken.empty()) {
+      return broken;
     }
   }
   // Every row's file is whole (this reads and checksums every blob) ...
@@ -258,10 +365,13 @@ class TestStoreKill : public QObject {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     qInfo(
         "%zu kills in %.1f s: %zu committed log lines, %zu rows and %zu blob reads verified, "
-        "%zu orphan files swept at open",
+        "%zu orphan files swept at open; %zu KV saves (%zu cuts) logged, %zu KV runs checked",
         totals.kills, seconds, promises.lines, totals.rows_checked, totals.blobs_checked,
-        totals.swept);
+        totals.swept, promises.kv_saves, promises.kv_cuts, totals.kv_runs_checked);
     QVERIFY2(promises.lines > static_cast<std::size_t>(kills), "the writer hardly committed");
+    QVERIFY2(kills < 50 ||
+                 (promises.kv_saves > static_cast<std::size_t>(kills) / 4 && promises.kv_cuts > 0),
+             "the writer hardly saved KV");
   }
 };
 

@@ -1,7 +1,7 @@
 // Every repository round-trips its values through a closed and reopened profile: conversations
-// (create, rename, list, search, delete), utterances, memory segments (versions bump only on a
-// text change), groups with static/dynamic state, episodes and embeddings, in a conversation and
-// in world memory.
+// (create, rename, memory policy, list, search, delete), utterances (append, truncate), memory
+// segments (versions bump only on a text change), groups with static/dynamic state, episodes and
+// embeddings, in a conversation and in world memory.
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -89,6 +89,99 @@ class TestStoreRepositories : public QObject {
     conversations.rename(a.id, "a");  // its own name is not a conflict
     conversations.set_model_fingerprint(a.id, "qwen3@1m");
     QCOMPARE(conversations.load(a.id).model_fingerprint, std::string("qwen3@1m"));
+  }
+
+  void memoryPolicyRoundTripsThroughReopenAndIsValidated() {
+    std::int64_t id = 0;
+    std::int64_t other = 0;
+    {
+      Database db(profile());
+      ConversationRepository conversations(db);
+      const Conversation created = conversations.create("policy");
+      id = created.id;
+      QCOMPARE(created.memory_policy, std::string());  // the app's default
+      QCOMPARE(created.kv_budget, 0);                  // the policy's default
+      other = conversations.create("untouched").id;
+      conversations.set_memory_policy(id, "snapkv:window=64", 1024);
+    }
+    Database db(profile());
+    ConversationRepository conversations(db);
+    const Conversation loaded = conversations.load(id);
+    QCOMPARE(loaded.memory_policy, std::string("snapkv:window=64"));
+    QCOMPARE(loaded.kv_budget, 1024);
+    // Every way of reading a conversation carries the two columns.
+    QCOMPARE(conversations.find(id)->kv_budget, 1024);
+    QCOMPARE(conversations.find_by_name("policy")->memory_policy, std::string("snapkv:window=64"));
+    for (const Conversation& c : conversations.list()) {
+      QCOMPARE(c.kv_budget, c.id == id ? 1024 : 0);
+    }
+    QCOMPARE(conversations.search("polic").at(0).memory_policy, std::string("snapkv:window=64"));
+    QCOMPARE(conversations.load(other).memory_policy, std::string());
+
+    conversations.set_memory_policy(id, "streaming", 0);  // back to the policy's default budget
+    QCOMPARE(conversations.load(id).memory_policy, std::string("streaming"));
+    QCOMPARE(conversations.load(id).kv_budget, 0);
+
+    auto [missing, message] =
+        thrown<NotFound>([&] { conversations.set_memory_policy(id + 100, "streaming", 64); });
+    QVERIFY2(missing && message.contains("conversation"), qPrintable(message));
+    auto [negative, negative_message] =
+        thrown<StoreError>([&] { conversations.set_memory_policy(id, "streaming", -1); });
+    QVERIFY2(negative && negative_message.contains("negative"), qPrintable(negative_message));
+    QCOMPARE(conversations.load(id).memory_policy, std::string("streaming"));  // unchanged
+    QCOMPARE(conversations.load(id).kv_budget, 0);
+  }
+
+  void truncateDropsTheTailAndAppendsContinueAfterIt() {
+    std::int64_t id = 0;
+    std::int64_t other = 0;
+    {
+      Database db(profile());
+      ConversationRepository conversations(db);
+      id = conversations.create("regenerate").id;
+      other = conversations.create("neighbour").id;
+      for (int i = 0; i < 5; ++i) {
+        conversations.append(id, {0, 0, i % 2 ? "assistant" : "user", "turn " + std::to_string(i),
+                                  1000 + i, i * 10, i * 10 + 10});
+      }
+      conversations.append(other, {0, 0, "user", "not mine", 1000, 0, 3});
+      // Back-date the conversation so that the touch is visible within the same millisecond.
+      db.exec("UPDATE conversations SET updated_ms = 1 WHERE id = " + std::to_string(id));
+      conversations.truncate(id, 3);
+      QCOMPARE(conversations.utterance_count(id), 3);
+      QVERIFY(conversations.load(id).updated_ms > 1);
+      const Utterance next = conversations.append(id, {0, 0, "assistant", "again", 0, 30, 42});
+      QCOMPARE(next.index, 3);
+      db.exec("UPDATE conversations SET updated_ms = 1 WHERE id = " + std::to_string(id));
+      conversations.truncate(id, 9);  // past the end: nothing deleted, nothing touched
+      QCOMPARE(conversations.utterance_count(id), 4);
+      QCOMPARE(conversations.load(id).updated_ms, 1);
+    }
+    Database db(profile());
+    ConversationRepository conversations(db);
+    const std::vector<Utterance> all = conversations.utterances(id);
+    QCOMPARE(all.size(), std::size_t{4});
+    for (std::size_t i = 0; i < all.size(); ++i)
+      QCOMPARE(all[i].index, static_cast<std::int64_t>(i));
+    QCOMPARE(all[2].text, std::string("turn 2"));
+    QCOMPARE(all[3].text, std::string("again"));
+    QCOMPARE(conversations.utterances(other).size(), std::size_t{1});
+
+    // In a caller's transaction, a rollback brings the tail back.
+    {
+      Transaction transaction(db, "test");
+      conversations.truncate(id, 0);
+      QCOMPARE(conversations.utterance_count(id), 0);
+    }
+    QCOMPARE(conversations.utterance_count(id), 4);
+    conversations.truncate(id, 0);
+    QCOMPARE(conversations.append(id, {0, 0, "user", "fresh", 0, 0, 2}).index, 0);
+
+    auto [missing, message] = thrown<NotFound>([&] { conversations.truncate(id + 100, 0); });
+    QVERIFY2(missing, qPrintable(message));
+    auto [negative, negative_message] = thrown<StoreError>([&] { conversations.truncate(id, -1); });
+    QVERIFY2(negative, qPrintable(negative_message));
+    QCOMPARE(conversations.utterance_count(id), 1);
   }
 
   void utterancesAppendInOrderAndRoundTrip() {

@@ -1,7 +1,8 @@
 // Opening a profile: a fresh directory or an empty file gets the current schema with the stated
-// pragmas; a version-1 database is migrated forward with its rows intact; a database from a
-// newer Engram or a file that is not a database is refused with the file named and its bytes
-// untouched; the default profile directory follows XDG.
+// pragmas; version-1 and version-2 databases are migrated forward with their rows intact (the
+// columns of later steps at their defaults); a database from a newer Engram or a file that is
+// not a database is refused with the file named and its bytes untouched; the default profile
+// directory follows XDG.
 #include <sqlite3.h>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -115,6 +116,41 @@ class TestStoreSchema : public QObject {
     QCOMPARE(row.text(2), std::string());  // the column version 2 added, at its default
     QCOMPARE(row.text(3), std::string("hello from v1"));
     QVERIFY(db.integrity_problems().empty());
+  }
+
+  void versionTwoDatabaseGetsMemoryPolicyColumnsAtTheirDefaults() {
+    QCOMPARE(current_schema_version(), 3);
+    QTemporaryDir dir;
+    const fs::path profile = dir.path().toStdString();
+    const std::span<const Migration> steps = schema_migrations();
+    QCOMPARE(steps[1].version, 2);
+    raw_sql(profile / "engram.db",
+            std::string(steps[0].sql) + steps[1].sql +
+                "PRAGMA user_version = 2;"
+                "INSERT INTO conversations (name, created_ms, updated_ms, model_fingerprint) "
+                "VALUES ('from v2', 5, 6, 'llama@v2');"
+                "INSERT INTO utterances VALUES (1, 0, 'user', 'hello from v2', 7, 0, 4);"
+                "INSERT INTO utterances VALUES (1, 1, 'assistant', 'hi', 8, 4, 6);");
+    {
+      Database db(profile);
+      QCOMPARE(db.schema_version(), 3);
+      Statement row(db,
+                    "SELECT name, created_ms, updated_ms, model_fingerprint, memory_policy, "
+                    "kv_budget, (SELECT count(*) FROM utterances) FROM conversations");
+      QVERIFY(row.step());
+      QCOMPARE(row.text(0), std::string("from v2"));
+      QCOMPARE(row.int64(1), 5);
+      QCOMPARE(row.int64(2), 6);
+      QCOMPARE(row.text(3), std::string("llama@v2"));
+      QCOMPARE(row.text(4), std::string());  // the app's default policy
+      QCOMPARE(row.int64(5), 0);             // the policy's default budget
+      QCOMPARE(row.int64(6), 2);
+      QVERIFY(!row.step());
+      QVERIFY(db.integrity_problems().empty());
+    }
+    // Read-only connections can open it now that it is current.
+    Database reader(profile, Access::kReadOnly);
+    QCOMPARE(reader.schema_version(), 3);
   }
 
   void newerSchemaIsRefusedAndFileLeftUntouched() {
