@@ -235,11 +235,7 @@ struct Assistant::State {
   }
 
   // Removes utterances [from, end) of the open conversation (a failed turn, a regenerated reply).
-  void drop_stored_tail(int64_t from) {
-    db->exec("DELETE FROM utterances WHERE conversation_id = " + std::to_string(*conversation) +
-                 " AND idx >= " + std::to_string(from),
-             "conversation " + std::to_string(*conversation));
-  }
+  void drop_stored_tail(int64_t from) { repo().truncate(*conversation, from); }
 
   ReplyStats stats_of(const ChatReply& r, double total_ms) {
     ReplyStats s;

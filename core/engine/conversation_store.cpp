@@ -336,12 +336,7 @@ int64_t ConversationStore::save(const std::string& name, ChatSession& session) {
          stored[same].role == messages[same].role && stored[same].text == messages[same].content) {
     ++same;
   }
-  if (same < stored.size()) {
-    // ConversationRepository has no truncate yet; the table and its key are storage's schema.
-    db_.exec("DELETE FROM utterances WHERE conversation_id = " + std::to_string(id) +
-                 " AND idx >= " + std::to_string(same),
-             "conversation " + std::to_string(id));
-  }
+  if (same < stored.size()) conversations.truncate(id, static_cast<int64_t>(same));
   int64_t token_end = same > 0 ? stored[same - 1].token_end : 0;
   for (size_t i = same; i < messages.size(); ++i) {
     const std::vector<ChatMessage> prefix(messages.begin(),
