@@ -115,6 +115,7 @@ void DemoScript::next() {
     }
     if (command == QLatin1String("type")) {
       MessageInput* input = window_->input();
+      const int messages = window_->chat()->count();
       input->setFocus();
       for (const QChar c : rest) {
         QKeyEvent press(QEvent::KeyPress, 0, Qt::NoModifier, QString(c));
@@ -122,7 +123,13 @@ void DemoScript::next() {
       }
       QKeyEvent enter(QEvent::KeyPress, Qt::Key_Return, Qt::NoModifier);
       QApplication::sendEvent(input, &enter);
-      wait_until([this] { return window_->busy() || !window_->error_text().isEmpty(); }, 10000);
+      // A short answer may be over before the first poll: a new message counts as sent too.
+      wait_until(
+          [this, messages] {
+            return window_->busy() || !window_->error_text().isEmpty() ||
+                   window_->chat()->count() != messages;
+          },
+          10000);
       return;
     }
     if (command == QLatin1String("wait-reply")) {
