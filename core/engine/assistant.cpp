@@ -638,16 +638,8 @@ MemorySnapshot Assistant::memory() const {
     s_->add_units(snap, history, s_->stored->tokens, MemoryLocation::kDisk,
                   s_->stored->kv_bytes / s_->stored->tokens, /*on_disk=*/true);
   } else {
-    // Share of (layer, head) lists holding each stream token: the policy's evictions.
     const KvWorkingSet& ws = s_->session->working_set();
-    const at::Tensor slots = ws.slot_stream().reshape({-1});
-    std::vector<float> presence(static_cast<size_t>(ws.stream_tokens()), 0.0f);
-    if (slots.numel() > 0) {
-      const at::Tensor counts = at::bincount(slots, {}, ws.stream_tokens()).to(at::kFloat) /
-                                static_cast<float>(cache.shape().layers * cache.shape().kv_heads);
-      std::copy(counts.data_ptr<float>(), counts.data_ptr<float>() + counts.numel(),
-                presence.begin());
-    }
+    const std::vector<float> presence = ws.attention_share();
     s_->add_units(snap, history, ws.stream_tokens(),
                   cache.device().is_cuda() ? MemoryLocation::kGpu : MemoryLocation::kCpu,
                   s_->info.kv_bytes_per_token, /*on_disk=*/false, &presence);
@@ -675,8 +667,7 @@ void Assistant::set_memory_policy(const MemoryPolicyChoice& choice) {
   auto checked = make_policy(choice.spec.empty() ? default_policy_spec() : choice.spec);
   if (s_->model) {
     const int64_t positions = s_->model->config.max_positions;
-    (void)effective_budget(*checked, choice.kv_budget, positions,
-                           std::min<int64_t>(512, positions / 4));
+    (void)effective_budget(*checked, choice.kv_budget, positions, session_prefill_block(positions));
   } else if (choice.kv_budget < 0) {
     throw std::invalid_argument("the KV budget must not be negative");
   }

@@ -10,14 +10,6 @@
 #include "gpu/device_timeline.h"
 
 namespace engram {
-namespace {
-
-// The prefill block every session uses; the working set of a bounded policy holds its budget
-// plus one block, at fixed addresses.
-constexpr int64_t kPrefillBlock = 512;
-
-}  // namespace
-
 ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyChoice choice)
     : model_(model), choice_(std::move(choice)) {
   if (!model.tokenizer || !model.chat_template) {
@@ -25,7 +17,7 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyCh
   }
   if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
   const ModelConfig& c = model.config;
-  const int64_t block = std::min<int64_t>(kPrefillBlock, c.max_positions / 4);
+  const int64_t block = session_prefill_block(c.max_positions);
   policy_ = make_policy(choice_.spec, choice_.kv_budget, c.max_positions, block, &policy_note_);
   const int64_t capacity = policy_->budget() > 0 ? policy_->budget() + block : 0;
   ws_ = std::make_unique<KvWorkingSet>(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim},

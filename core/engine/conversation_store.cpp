@@ -44,9 +44,6 @@ storage::KvBlobKey blob_key(int64_t conversation_id, const char* kind, int64_t l
 }
 constexpr const char* kKvKind = ConversationStore::kUnitKind;
 constexpr const char* kIdsKind = "session_token_ids";
-// Which stream token each working-set slot holds, uint8 [L or 1, H or 1, slots, 8] (int64
-// little-endian); absent when the slots are the stream itself (full KV).
-constexpr const char* kSlotsKind = "session_slots";
 
 std::span<const std::byte> bytes_of(const at::Tensor& t) {
   return {static_cast<const std::byte*>(t.data_ptr()), static_cast<size_t>(t.nbytes())};
@@ -70,13 +67,7 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // Why the stored layout cannot go into this session's cache; empty when it fits.
 std::string layout_problem(const storage::KvBlobRecord& kv, const storage::KvBlobRecord& ids,
                            const KvCacheShape& shape, at::ScalarType dtype) {
-  // The KV holds the working set's slots: every stream token for full KV, fewer under a policy
-  // that evicts (a slot map then says which token each slot holds).
-  const int64_t stream = ids.layout.shape.empty() ? -1 : ids.layout.shape[0];
-  const int64_t tokens = kv.layout.shape.size() == 5 ? kv.layout.shape[3] : -1;
-  if (tokens < 0 || tokens > stream)
-    return "the stored KV has " + std::to_string(tokens) + " slots for " + std::to_string(stream) +
-           " token ids";
+  const int64_t tokens = ids.layout.shape.empty() ? -1 : ids.layout.shape[0];
   const std::vector<int64_t> want{2, shape.layers, shape.kv_heads, tokens, shape.head_dim};
   if (ids.layout.dtype != "uint8" || ids.layout.shape.size() != 2 || ids.layout.shape[1] != 8)
     return "the token id blob has layout " + ids.layout.dtype + " " + shape_text(ids.layout.shape);
@@ -142,7 +133,7 @@ int64_t save_runs(storage::KvBlobStore& blobs, int64_t id, ChatSession& session)
   const std::string fingerprint = session.model().fingerprint;
   const std::string dtype = store_dtype(cache.dtype());
   const auto drop_all = [&] {
-    for (const char* kind : {kRunKind, kRunIdsKind, kManifestKind, kKvKind, kIdsKind, kSlotsKind})
+    for (const char* kind : {kRunKind, kRunIdsKind, kManifestKind, kKvKind, kIdsKind})
       for (const auto& r : list_kind(blobs, id, kind))
         blobs.remove(r.key);
   };
@@ -168,7 +159,7 @@ int64_t save_runs(storage::KvBlobStore& blobs, int64_t id, ChatSession& session)
     drop_all();
     return -1;
   }
-  for (const auto& legacy : {kKvKind, kIdsKind, kSlotsKind})
+  for (const auto& legacy : {kKvKind, kIdsKind})
     for (const auto& r : list_kind(blobs, id, legacy))
       blobs.remove(r.key);
   for (const auto& r : list_kind(blobs, id, kRunKind)) {
@@ -418,23 +409,7 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
             {static_cast<std::byte*>(staging.data_ptr()), static_cast<size_t>(staging.nbytes())});
         out.open_ms = ms_since(t_open);
         const auto t_install = Clock::now();
-        const int64_t tokens = kv_record->layout.shape[3];
-        at::Tensor slots;  // [L or 1, H or 1, tokens]
-        if (tokens == static_cast<int64_t>(ids.size())) {
-          slots = at::arange(tokens, at::kLong).view({1, 1, tokens});
-        } else {
-          const auto slots_record =
-              blobs.find(blob_key(conversation->id, kSlotsKind, shape.layers));
-          if (!slots_record || slots_record->layout.shape.size() != 4 ||
-              slots_record->layout.shape[2] != tokens) {
-            throw std::invalid_argument("the slot map of the stored working set is missing");
-          }
-          slots = at::empty({slots_record->layout.shape[0], slots_record->layout.shape[1], tokens},
-                            at::kLong);
-          blobs.get(
-              slots_record->key, model.fingerprint,
-              {static_cast<std::byte*>(slots.data_ptr()), static_cast<size_t>(slots.nbytes())});
-        }
+        const int64_t tokens = static_cast<int64_t>(ids.size());
         const at::Tensor kv =
             staging.view(dtype).view({2, shape.layers, shape.kv_heads, tokens, shape.head_dim});
         const std::vector<int64_t>& pos = kv_record->layout.positions;
@@ -445,8 +420,10 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
                        kv[1][l].unsqueeze(0).to(device, /*non_blocking=*/true), positions);
         }
         cache->commit(tokens, {pos});
-        // A whole-session blob (before append-only runs): the next save writes it as runs.
-        session.adopt_working_set(*cache, slots, std::move(ids), /*stored_from=*/0);
+        // A whole-session blob (full KV, before append-only runs): the next save writes it as
+        // runs.
+        session.adopt_working_set(*cache, at::arange(tokens, at::kLong).view({1, 1, tokens}),
+                                  std::move(ids), /*stored_from=*/0);
         if (device.is_cuda()) gpu::synchronize(device);  // `staging` must outlive the copies
         out.install_ms = ms_since(t_install);
         out.kv_restored = true;

@@ -24,6 +24,16 @@ std::string positions_error(int64_t tokens, int64_t max_positions, const MemoryP
          "' keeps every token; --policy streaming or snapkv continues past it)";
 }
 
+// Applies a policy's plan to the working set, as an "evict" interval on the trace.
+void apply_plan(const KeepPlan& plan, KvWorkingSet& ws, const Decoder& decoder,
+                TraceRecorder* trace) {
+  TraceRecorder::Open open;
+  if (trace) open = trace->begin(-1, TraceLane::kCompute, "evict");
+  const int64_t before = ws.tokens();
+  ws.apply(plan, decoder.rope().inverse_frequencies());
+  if (trace) trace->end(open, before - ws.tokens());
+}
+
 // Shrinks the working set to `target` slots through the policy; false when it cannot.
 bool shrink_to(MemoryPolicy& policy, KvWorkingSet& ws, const Decoder& decoder, int64_t target,
                TraceRecorder* trace) {
@@ -31,11 +41,7 @@ bool shrink_to(MemoryPolicy& policy, KvWorkingSet& ws, const Decoder& decoder, i
   const std::optional<KeepPlan> plan = policy.shrink(ws.info(), target);
   if (!plan) return false;
   if (plan->kept() > target) throw std::logic_error(policy.name() + ": the plan keeps too much");
-  TraceRecorder::Open open;
-  if (trace) open = trace->begin(-1, TraceLane::kCompute, "evict");
-  const int64_t before = ws.tokens();
-  ws.apply(*plan, decoder.rope().inverse_frequencies());
-  if (trace) trace->end(open, before - ws.tokens());
+  apply_plan(*plan, ws, decoder, trace);
   return true;
 }
 
@@ -179,13 +185,8 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     }
     if (step + 1 == room) break;  // the last token needs no forward pass
     if (trace) trace->set_phase("decode", step + 1);
-    if (const auto plan = policy.before_decode_step(ws.info())) {
-      TraceRecorder::Open open;
-      if (trace) open = trace->begin(-1, TraceLane::kCompute, "evict");
-      const int64_t before = ws.tokens();
-      ws.apply(*plan, decoder.rope().inverse_frequencies());
-      if (trace) trace->end(open, before - ws.tokens());
-    }
+    if (const auto plan = policy.before_decode_step(ws.info()))
+      apply_plan(*plan, ws, decoder, trace.get());
     if (ws.next_position() + 1 > config.max_positions &&
         !shrink_to(policy, ws, decoder, config.max_positions - 1, trace.get())) {
       throw std::out_of_range(

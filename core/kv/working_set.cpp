@@ -1,5 +1,6 @@
 #include "core/kv/working_set.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -24,9 +25,7 @@ KvWorkingSet::KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType 
 KvWorkingSet::KvWorkingSet(KvCache& cache, int64_t max_positions)
     : cache_(cache), fixed_(false), max_positions_(max_positions) {
   if (cache.batch() != 1) throw std::invalid_argument("KvWorkingSet: the cache must have one row");
-  stream_end_ = exact_stream_ = cache.lengths()[0];
-  exact_slot_ = 0;
-  exact_stream_ = 0;
+  stream_end_ = cache.lengths()[0];  // the whole cache is the stream's verbatim tail
   capture_from_ = stream_end_;
   peak_ = stream_end_;
 }
@@ -110,6 +109,21 @@ at::Tensor KvWorkingSet::slot_stream() const {
       stream_range(exact_stream_, tail).view({1, 1, tail}).expand({s.layers, s.kv_heads, tail});
   if (exact_slot_ == 0) return tail_ids.contiguous();
   return at::cat({compacted_, tail_ids}, 2);
+}
+
+std::vector<float> KvWorkingSet::attention_share() const {
+  std::vector<float> share(static_cast<size_t>(stream_end_), 0.0f);
+  std::fill(share.begin() + exact_stream_, share.end(), 1.0f);
+  if (exact_slot_ > 0) {
+    const at::Tensor counts =
+        at::bincount(compacted_.reshape({-1}), {}, stream_end_)
+            .to(at::kFloat)
+            .div_(static_cast<float>(compacted_.size(0) * compacted_.size(1)));
+    const float* c = counts.data_ptr<float>();
+    for (int64_t i = 0; i < exact_stream_; ++i)
+      share[static_cast<size_t>(i)] = c[i];
+  }
+  return share;
 }
 
 KvRun KvWorkingSet::copy_tail(int64_t from_stream) const {

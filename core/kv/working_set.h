@@ -73,6 +73,9 @@ class KvWorkingSet {
 
   // Stream index held by each slot: [layers, kv_heads, tokens()] int64 on the CPU.
   at::Tensor slot_stream() const;
+  // For every stream token, the share of (layer, KV head) lists whose attention still holds it
+  // (the memory inspector asks several times a second: the verbatim tail costs no tensor).
+  std::vector<float> attention_share() const;
   // Installs a working set restored from the store: `cache` rows hold the KV, `slot_stream`
   // which stream token each slot holds ([L, H, n] or [1, 1, n] when shared), `stream_tokens` the
   // stream's length.

@@ -87,6 +87,10 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
   return policy;
 }
 
+int64_t session_prefill_block(int64_t max_positions) {
+  return std::min<int64_t>(512, max_positions / 4);
+}
+
 int64_t effective_budget(const MemoryPolicy& policy, int64_t requested, int64_t max_positions,
                          int64_t block, std::string* note) {
   if (requested < 0) throw std::invalid_argument("the KV budget must not be negative");
