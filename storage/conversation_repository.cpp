@@ -57,6 +57,33 @@ Conversation ConversationRepository::create(const std::string& name,
   return conversation;
 }
 
+Conversation ConversationRepository::insert(const Conversation& conversation) {
+  const std::string unit_name = "conversation '" + conversation.name + "'";
+  if (conversation.name.empty())
+    throw StoreError(db_.file(), unit_name, "a conversation needs a name");
+  if (conversation.kv_budget < 0)
+    throw StoreError(db_.file(), unit_name, "a KV budget must not be negative");
+  Transaction transaction(db_, unit_name);
+  if (find_by_name(conversation.name)) {
+    throw StoreError(db_.file(), unit_name, "a conversation with this name already exists");
+  }
+  Statement insert(db_,
+                   "INSERT INTO conversations (name, created_ms, updated_ms, model_fingerprint, "
+                   "memory_policy, kv_budget) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                   unit_name);
+  insert.bind(1, conversation.name)
+      .bind(2, conversation.created_ms)
+      .bind(3, conversation.updated_ms)
+      .bind(4, conversation.model_fingerprint)
+      .bind(5, conversation.memory_policy)
+      .bind(6, conversation.kv_budget)
+      .run();
+  Conversation stored = conversation;
+  stored.id = db_.last_insert_id();
+  transaction.commit();
+  return stored;
+}
+
 std::optional<Conversation> ConversationRepository::find(std::int64_t id) {
   Statement select(db_, std::string("SELECT ") + kColumns + " FROM conversations WHERE id = ?1",
                    unit(id));

@@ -20,6 +20,10 @@ class ConversationRepository {
 
   // Throws StoreError when the name is taken or empty.
   Conversation create(const std::string& name, const std::string& model_fingerprint = {});
+  // Stores a conversation made elsewhere (an import): name, times, fingerprint, memory policy and
+  // KV budget as given, a new id. Throws StoreError when the name is taken or empty, or the
+  // budget negative.
+  Conversation insert(const Conversation& conversation);
   std::optional<Conversation> find(std::int64_t id);
   std::optional<Conversation> find_by_name(const std::string& name);
   Conversation load(std::int64_t id);  // throws NotFound

@@ -1,0 +1,4 @@
+# Conversation export and import (issue 19): the JSON and Markdown formats and the import's
+# checks through real profiles. No torch.
+engram_add_test(test_conversation_export SOURCES test_conversation_export.cpp LIBS engram_storage)
+set_target_properties(test_conversation_export_obj PROPERTIES AUTOMOC ON)
