@@ -10,6 +10,7 @@ PACKAGES=(
                                    # BLAS, 10x slower (measured on engram-tiny prefill)
   libsentencepiece-dev             # tokenizer
   libsqlite3-dev                   # persistent memory store
+  libxxhash-dev                    # XXH64 checksums of KV blob files (the reference library)
   libspdlog-dev                    # logging (behind core/log.h)
   nlohmann-json3-dev               # config.json, safetensors headers, traces
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libgl-dev   # the desktop app and Qt Test
