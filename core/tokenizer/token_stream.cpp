@@ -1,6 +1,7 @@
 // Why a window and an anchor rather than HF TextStreamer's "decode everything, print the new
-// suffix": SentencePiece decodes piece by piece, and the only context it uses is (a) consecutive
-// byte-fallback pieces, merged into UTF-8 characters, and (b) the leading "▁" of the first piece
+// suffix": SentencePiece (and a tokenizer.json decoder) decodes piece by piece, and the only
+// context it uses is (a) consecutive byte-fallback pieces or byte-level tokens, merged into UTF-8
+// characters, and (b) the leading "▁" of the first piece
 // with text, which it drops. (a) is handled by holding ids while the trailing bytes are an
 // unfinished character; (b) by decoding [anchor] + window once text has started, and the whole
 // (short, text-less) history before that. Each push therefore decodes a few ids (llama.cpp's
@@ -58,20 +59,23 @@ TokenStream::TokenStream(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {
 }
 
 bool TokenStream::ends_inside_character() const {
-  // Bytes of the trailing run of byte pieces, up to one character's worth.
+  // The last bytes the pending ids spell, up to one character's worth: byte-fallback pieces give
+  // one byte each, byte-level BPE tokens may end in the middle of a character.
   int bytes[kMaxUtf8Length];
   int count = 0;
   for (auto it = pending_.rbegin(); it != pending_.rend() && count < kMaxUtf8Length; ++it) {
-    const int value = tokenizer_.byte_value(*it);
-    if (value < 0) break;
-    bytes[count++] = value;
+    const std::string spelled = tokenizer_.token_bytes(*it);
+    if (spelled.empty()) break;
+    for (auto b = spelled.rbegin(); b != spelled.rend() && count < kMaxUtf8Length; ++b) {
+      bytes[count++] = static_cast<unsigned char>(*b);
+    }
   }
   // bytes[] runs backwards from the last byte; find the lead byte of the last character.
   for (int back = 0; back < count; ++back) {
     if (is_continuation(bytes[back])) continue;
     return sequence_length(bytes[back]) > back + 1;
   }
-  // No byte pieces, or only continuation bytes: these decode to U+FFFD whatever comes next.
+  // No bytes, or only continuation bytes: these decode to U+FFFD whatever comes next.
   return false;
 }
 

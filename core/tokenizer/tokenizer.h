@@ -1,7 +1,8 @@
-// A SentencePiece tokenizer read from a model folder's tokenizer.model. Thin on purpose: ids are
-// int32_t like the model's embedding rows, every id-taking call checks the range (a bad id from a
-// sampler is a bug we want to see, not a silent "<unk>"), and SentencePiece stays out of the header
-// so that users of the engine do not compile against it.
+// A model folder's tokenizer: SentencePiece's tokenizer.model, or Hugging Face's tokenizer.json
+// (byte-level BPE of Llama-3/Qwen2/Mistral Nemo, SentencePiece-style BPE; tokenizer_json.h). Thin
+// on purpose: ids are int32_t like the model's embedding rows, every id-taking call checks the
+// range (a bad id from a sampler is a bug we want to see, not a silent "<unk>"), and neither
+// backend shows in the header, so that users of the engine do not compile against them.
 #pragma once
 
 #include <cstdint>
@@ -14,18 +15,25 @@
 namespace engram {
 
 class SentencePieceBackend;
+class JsonTokenizer;
 
 class Tokenizer {
  public:
-  // Throws ModelError naming the file when it is missing or SentencePiece rejects it.
-  static std::unique_ptr<Tokenizer> load(const std::filesystem::path& model_file);
+  // `path` is a tokenizer.model, a tokenizer.json or a model folder (tokenizer.model is taken
+  // when the folder has both: it is what the model was trained with; the JSON is a conversion).
+  // Throws ModelError naming the file when it is missing or its backend rejects it.
+  static std::unique_ptr<Tokenizer> load(const std::filesystem::path& path);
+  // The tokenizer file of a model folder by the rule above; empty when it has neither.
+  static std::filesystem::path find_in(const std::filesystem::path& model_dir);
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  // Plain SentencePiece encoding: the model's normalizer and dummy-prefix "▁" apply, no BOS/EOS.
+  // No BOS/EOS. SentencePiece: its normalizer and dummy-prefix "▁" apply. tokenizer.json: HF's
+  // pipeline without the post-processor; added tokens written in the text become their ids.
   std::vector<int32_t> encode(std::string_view text) const;
-  // Control tokens give no text; the first piece's leading "▁" is dropped (SentencePiece's rule).
+  // Control tokens give no text; the first piece's leading "▁" is dropped (SentencePiece's rule;
+  // tokenizer.json: its decoder's). The text is valid UTF-8: ill-formed bytes become U+FFFD.
   // Throws std::out_of_range naming the id when one is not in [0, vocab_size()).
   std::string decode(const std::vector<int32_t>& ids) const;
 
@@ -43,15 +51,20 @@ class Tokenizer {
   // Byte-fallback pieces "<0x00>".."<0xFF>": byte_value() gives the byte, or -1 for other pieces.
   bool is_byte(int32_t id) const;
   int byte_value(int32_t id) const;
+  // The bytes the id spells before they are joined into characters: one byte for a byte piece,
+  // a byte-level token's bytes (possibly part of a character), nothing for a control token.
+  std::string token_bytes(int32_t id) const;
 
   const std::filesystem::path& model_file() const { return model_file_; }
 
  private:
-  Tokenizer(std::filesystem::path model_file, std::unique_ptr<SentencePieceBackend> processor);
+  explicit Tokenizer(std::filesystem::path model_file);
   void check_id(int32_t id) const;
 
   std::filesystem::path model_file_;
+  // Exactly one is set.
   std::unique_ptr<SentencePieceBackend> processor_;
+  std::unique_ptr<JsonTokenizer> json_;
 };
 
 }  // namespace engram
