@@ -30,12 +30,36 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/log.h"
 #include "core/model/model_error.h"
+#include "core/tokenizer/chat_parts.h"
 #include "core/tokenizer/tokenizer.h"
 
 namespace engram {
 
+namespace chat_parts {
+
+Role role_of(const ChatMessage& message) {
+  if (message.role == "system") return Role::kSystem;
+  if (message.role == "user") return Role::kUser;
+  if (message.role == "assistant") return Role::kAssistant;
+  throw std::invalid_argument("chat message role '" + message.role +
+                              "' is not one of system, user, assistant");
+}
+
+std::string strip(std::string_view s) {
+  constexpr std::string_view kSpace = " \t\n\r\f\v";
+  const size_t begin = s.find_first_not_of(kSpace);
+  if (begin == std::string_view::npos) return {};
+  const size_t end = s.find_last_not_of(kSpace);
+  return std::string(s.substr(begin, end - begin + 1));
+}
+
+}  // namespace chat_parts
+
 namespace {
+
+using namespace chat_parts;
 
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
@@ -49,46 +73,6 @@ constexpr std::string_view kEngramSessionHeader = "Session 1 (February 11, 2024)
 constexpr std::string_view kEngramQuote = "\"";
 // Detection: the utterance lines of the template source, e.g. `'User said, "' + content`.
 constexpr std::string_view kEngramMarker = "said, \"";
-
-// One piece of a rendered conversation: text to encode, BOS/EOS, or a named special piece that is
-// a single id when the vocabulary has it and text otherwise.
-struct Part {
-  enum class Type { kText, kBos, kEos, kPiece };
-  Type type;
-  std::string text;
-};
-
-Part text_part(std::string text) {
-  return {Part::Type::kText, std::move(text)};
-}
-Part bos_part() {
-  return {Part::Type::kBos, "<s>"};
-}
-Part eos_part() {
-  return {Part::Type::kEos, "</s>"};
-}
-Part piece_part(std::string_view piece) {
-  return {Part::Type::kPiece, std::string(piece)};
-}
-
-// Python's str.strip() on ASCII whitespace, as the HF Llama-2 template applies it.
-std::string strip(std::string_view s) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t begin = s.find_first_not_of(kSpace);
-  if (begin == std::string_view::npos) return {};
-  const size_t end = s.find_last_not_of(kSpace);
-  return std::string(s.substr(begin, end - begin + 1));
-}
-
-enum class Role { kSystem, kUser, kAssistant };
-
-Role role_of(const ChatMessage& message) {
-  if (message.role == "system") return Role::kSystem;
-  if (message.role == "user") return Role::kUser;
-  if (message.role == "assistant") return Role::kAssistant;
-  throw std::invalid_argument("chat message role '" + message.role +
-                              "' is not one of system, user, assistant");
-}
 
 std::vector<Part> llama2_parts(const std::vector<ChatMessage>& messages) {
   std::vector<Part> parts;
@@ -217,6 +201,16 @@ std::vector<Part> parts_for(ChatTemplateKind kind, const std::vector<ChatMessage
       return plain_parts(messages, add_generation_prompt);
     case ChatTemplateKind::kEngram:
       return engram_parts(messages, add_generation_prompt);
+    case ChatTemplateKind::kLlama3:
+      return llama3_parts(messages, add_generation_prompt, /*knowledge_header=*/false);
+    case ChatTemplateKind::kLlama31:
+      return llama3_parts(messages, add_generation_prompt, /*knowledge_header=*/true);
+    case ChatTemplateKind::kQwen25:
+      return qwen25_parts(messages, add_generation_prompt);
+    case ChatTemplateKind::kQwen3:
+      return qwen3_parts(messages, add_generation_prompt);
+    case ChatTemplateKind::kMistral:
+      return mistral_parts(messages, add_generation_prompt);
   }
   throw std::logic_error("unknown ChatTemplateKind");
 }
@@ -254,27 +248,64 @@ std::string chat_template_source(const nlohmann::json& config) {
   return {};
 }
 
+bool contains(const std::string& source, std::string_view marker) {
+  return source.find(marker) != std::string::npos;
+}
+
+// A template source to a kind by markers that each family's template has and the others lack.
+std::optional<ChatTemplateKind> kind_of_template_source(const std::string& source) {
+  if (source.empty()) return std::nullopt;
+  if (contains(source, kEngramMarker)) return ChatTemplateKind::kEngram;
+  if (contains(source, kImStart)) {
+    if (contains(source, "<think>") || contains(source, "enable_thinking")) {
+      return ChatTemplateKind::kQwen3;
+    }
+    if (contains(source, "You are Qwen, created by Alibaba Cloud"))
+      return ChatTemplateKind::kQwen25;
+    return ChatTemplateKind::kChatML;
+  }
+  if (contains(source, "<|start_header_id|>") && contains(source, "<|eot_id|>")) {
+    return contains(source, "Cutting Knowledge Date") ? ChatTemplateKind::kLlama31
+                                                      : ChatTemplateKind::kLlama3;
+  }
+  if (contains(source, "[INST]")) {
+    if (contains(source, "<<SYS>>")) return ChatTemplateKind::kLlama2;
+    // Mistral v3-tekken (Nemo) writes "[INST]" + content with no space; older Mistral and
+    // Llama-2-style templates write "[INST] " and are closest to Llama-2.
+    for (std::string_view tight : {"\"[INST]\" +", "'[INST]' +", "\"[INST]\"+", "'[INST]'+"}) {
+      if (contains(source, tight)) return ChatTemplateKind::kMistral;
+    }
+    return ChatTemplateKind::kLlama2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+namespace {
+
+constexpr std::pair<ChatTemplateKind, std::string_view> kKindNames[] = {
+    {ChatTemplateKind::kLlama2, "llama2"},   {ChatTemplateKind::kChatML, "chatml"},
+    {ChatTemplateKind::kPlain, "plain"},     {ChatTemplateKind::kEngram, "engram"},
+    {ChatTemplateKind::kLlama3, "llama3"},   {ChatTemplateKind::kLlama31, "llama3.1"},
+    {ChatTemplateKind::kQwen25, "qwen2.5"},  {ChatTemplateKind::kQwen3, "qwen3"},
+    {ChatTemplateKind::kMistral, "mistral"},
+};
+
 }  // namespace
 
 ChatTemplateKind parse_chat_template_kind(std::string_view name) {
-  if (name == "llama2") return ChatTemplateKind::kLlama2;
-  if (name == "chatml") return ChatTemplateKind::kChatML;
-  if (name == "plain") return ChatTemplateKind::kPlain;
-  if (name == "engram") return ChatTemplateKind::kEngram;
-  throw std::invalid_argument("chat template '" + std::string(name) +
-                              "' is not one of llama2, chatml, plain, engram");
+  std::string known;
+  for (const auto& [kind, kind_name] : kKindNames) {
+    if (name == kind_name) return kind;
+    known += (known.empty() ? "" : ", ") + std::string(kind_name);
+  }
+  throw std::invalid_argument("chat template '" + std::string(name) + "' is not one of " + known);
 }
 
 std::string_view chat_template_kind_name(ChatTemplateKind kind) {
-  switch (kind) {
-    case ChatTemplateKind::kLlama2:
-      return "llama2";
-    case ChatTemplateKind::kChatML:
-      return "chatml";
-    case ChatTemplateKind::kPlain:
-      return "plain";
-    case ChatTemplateKind::kEngram:
-      return "engram";
+  for (const auto& [k, name] : kKindNames) {
+    if (k == kind) return name;
   }
   return "unknown";
 }
@@ -369,6 +400,16 @@ std::vector<std::string> ChatTemplate::stop_strings() const {
       // Every utterance in the corpus is one line; a newline means the model has gone on past
       // its closing quote into the next line of the history.
       return {"\n"};
+    case ChatTemplateKind::kQwen25:
+    case ChatTemplateKind::kQwen3:
+      return {std::string(kImEnd), std::string(kImStart)};
+    case ChatTemplateKind::kLlama3:
+    case ChatTemplateKind::kLlama31:
+      // Replies end with <|eot_id|> (generation_config's EOS); these catch a model whose
+      // tokenizer spells the markers as text.
+      return {"<|eot_id|>", "<|start_header_id|>"};
+    case ChatTemplateKind::kMistral:
+      return {"[INST]"};
   }
   return {};
 }
@@ -382,22 +423,39 @@ ReplyDelimiters ChatTemplate::reply_delimiters() const {
 
 ChatTemplateKind ChatTemplate::detect(const std::filesystem::path& model_dir,
                                       const Tokenizer& tokenizer) {
+  std::string source;
   if (const auto config = read_json(model_dir / "tokenizer_config.json")) {
-    const std::string source = chat_template_source(*config);
-    if (source.find(kImStart) != std::string::npos) return ChatTemplateKind::kChatML;
-    if (source.find("[INST]") != std::string::npos) return ChatTemplateKind::kLlama2;
-    if (source.find(kEngramMarker) != std::string::npos) return ChatTemplateKind::kEngram;
+    source = chat_template_source(*config);
+    if (const auto kind = kind_of_template_source(source)) return *kind;
   }
-  if (tokenizer.piece_to_id(kImStart) >= 0) return ChatTemplateKind::kChatML;
+  std::string type;
   if (const auto config = read_json(model_dir / "config.json")) {
-    std::string type;
     const auto it = config->find("model_type");
     if (it != config->end() && it->is_string()) type = it->get<std::string>();
-    if ((type == "llama" || type == "mistral") && tokenizer.vocab_size() == 32000) {
-      return ChatTemplateKind::kLlama2;
-    }
   }
-  return ChatTemplateKind::kPlain;
+  std::optional<ChatTemplateKind> kind;
+  if (tokenizer.piece_to_id(kImStart) >= 0) {
+    kind = type == "qwen3"   ? ChatTemplateKind::kQwen3
+           : type == "qwen2" ? ChatTemplateKind::kQwen25
+                             : ChatTemplateKind::kChatML;
+  } else if (tokenizer.piece_to_id("<|start_header_id|>") >= 0 &&
+             tokenizer.piece_to_id("<|eot_id|>") >= 0) {
+    kind = ChatTemplateKind::kLlama31;
+  } else if (tokenizer.piece_to_id("[INST]") >= 0 && tokenizer.piece_to_id("[/INST]") >= 0) {
+    kind = ChatTemplateKind::kMistral;
+  } else if ((type == "llama" || type == "mistral") && tokenizer.vocab_size() == 32000) {
+    kind = ChatTemplateKind::kLlama2;
+  }
+  if (!source.empty() || !kind) {
+    const ChatTemplateKind used = kind.value_or(ChatTemplateKind::kPlain);
+    std::string what =
+        source.empty() ? "has no chat_template" : "has a chat_template Engram does not know";
+    log::warn(model_dir.string() + ": tokenizer_config.json " + what + "; using the '" +
+              std::string(chat_template_kind_name(used)) + "' template instead" +
+              (kind ? " (from the vocabulary and config.json)" : ""));
+    return used;
+  }
+  return *kind;
 }
 
 }  // namespace engram

@@ -27,9 +27,16 @@ enum class ChatTemplateKind {
   // <s>Session 1 (February 11, 2024)\nUser said, "{user}"\nAssistant said, "{assistant}"\n:
   // Engram's conversation corpus (core/env/conversation_format.h), what engram-tiny learned.
   kEngram,
+  // Hugging Face families (chat_template_families.cpp has each one's rules):
+  kLlama3,   // <|begin_of_text|><|start_header_id|>{role}<|end_header_id|>\n\n{content}<|eot_id|>
+  kLlama31,  // Llama-3.1/3.2/3.3: kLlama3 with a system header "Cutting Knowledge Date: ..."
+  kQwen25,   // ChatML with Qwen's default system turn
+  kQwen3,    // ChatML, thinking off: the generation prompt ends "<think>\n\n</think>\n\n"
+  kMistral,  // Nemo / v3 tekken: <s>[INST]{user}[/INST]{assistant}</s>
 };
 
-// "llama2", "chatml", "plain" or "engram"; throws std::invalid_argument otherwise.
+// "llama2", "chatml", "plain", "engram", "llama3", "llama3.1", "qwen2.5", "qwen3" or "mistral";
+// throws std::invalid_argument otherwise.
 ChatTemplateKind parse_chat_template_kind(std::string_view name);
 std::string_view chat_template_kind_name(ChatTemplateKind kind);
 
@@ -76,9 +83,10 @@ class ChatTemplate {
   // renders back to the ids the model generated, so the next turn reuses their KV.
   ReplyDelimiters reply_delimiters() const;
 
-  // From the model folder: tokenizer_config.json's chat_template (ChatML, Llama-2 or engram's
-  // `said, "` lines), then the vocabulary, then config.json's model_type; kPlain when nothing
-  // matches. Throws ModelError for unreadable JSON.
+  // From the model folder: tokenizer_config.json's chat_template, recognised by markers of each
+  // family; else the vocabulary's chat tokens and config.json's model_type, and kPlain when
+  // nothing matches, with a one-line warning naming the template used instead. Throws ModelError
+  // for unreadable JSON.
   static ChatTemplateKind detect(const std::filesystem::path& model_dir,
                                  const Tokenizer& tokenizer);
 
