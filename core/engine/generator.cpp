@@ -71,6 +71,30 @@ at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorking
   return logits;
 }
 
+// Patched-prompt scoring (MemoryPolicy::patch_tokens): forwards the policy's patch after the
+// block just computed, every patch row probed, then drops the patch's KV again. The patch is the
+// verbatim tail of the working set, so truncate() is exact there.
+void score_with_patch(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
+                      const std::vector<int64_t>& patch, gpu::DeviceTimeline& timeline,
+                      TraceRecorder* trace) {
+  const int64_t len = static_cast<int64_t>(patch.size());
+  const int64_t stream = ws.stream_tokens();
+  ForwardRequest req;
+  req.phase = ForwardPhase::kPrefill;
+  req.tokens = {patch};
+  req.positions = {std::vector<int64_t>(len)};
+  req.probe_rows.resize(len);
+  for (int64_t i = 0; i < len; ++i) {
+    req.positions[0][i] = ws.next_position() + i;
+    req.probe_rows[i] = i;
+  }
+  req.on_layer = [&policy](const LayerView& view) { policy.on_layer(view); };
+  CacheKvSource source(ws.cache());
+  decoder.forward(req, source, timeline, trace);
+  ws.appended(len);
+  if (!ws.truncate(stream)) throw std::logic_error("prefill: the patch's KV could not be dropped");
+}
+
 }  // namespace
 
 int64_t next_request_id() {
@@ -87,26 +111,32 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
   chunk = chunk > 0 ? chunk : n;
   if (!ws.fixed_capacity()) ws.cache().ensure_room(n);
   at::Tensor logits;
+  // A policy's scoring patch needs room beside the block (empty for most policies).
+  const std::vector<int64_t> patch =
+      policy.budget() > 0 ? policy.patch_tokens() : std::vector<int64_t>{};
+  const auto patch_room = static_cast<int64_t>(patch.size());
   for (int64_t begin = 0; begin < n;) {
     int64_t len = std::min(chunk, n - begin);
     if (ws.fixed_capacity()) {
       // A fixed working set holds the budget plus one block; make room when it does not.
-      const int64_t room = ws.cache().capacity() - policy.budget();
+      const int64_t room = ws.cache().capacity() - policy.budget() - patch_room;
       len = std::min(len, std::max<int64_t>(1, room));
       if (ws.tokens() + len > ws.cache().capacity() &&
           !shrink_to(policy, ws, decoder, ws.cache().capacity() - len, trace)) {
         throw std::logic_error("prefill: the working set is full and the policy keeps it");
       }
     }
-    if (ws.next_position() + len > max_positions &&
-        !shrink_to(policy, ws, decoder, max_positions - len, trace)) {
+    if (ws.next_position() + len + patch_room > max_positions &&
+        !shrink_to(policy, ws, decoder, max_positions - len - patch_room, trace)) {
       throw std::out_of_range(
           positions_error(ws.stream_tokens() + n - begin, max_positions, policy));
     }
     const std::vector<int64_t> block(tokens.begin() + begin, tokens.begin() + begin + len);
     logits = forward_block(decoder, policy, ws, block, ForwardPhase::kPrefill, 0, timeline, trace);
-    if (policy.budget() > 0 && ws.tokens() > policy.budget())
+    if (policy.budget() > 0 && ws.tokens() > policy.budget()) {
+      if (!patch.empty()) score_with_patch(decoder, policy, ws, patch, timeline, trace);
       shrink_to(policy, ws, decoder, policy.budget(), trace);
+    }
     begin += len;
   }
   return logits.view({-1});

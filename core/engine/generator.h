@@ -48,7 +48,9 @@ int64_t next_request_id();
 
 // Appends `new_tokens` to the working set under `policy` and generates: prefill in blocks of
 // options.prefill_chunk, after each block the policy shrinks the working set to its budget (peak
-// KV per layer <= budget + block); before each decode step it may shrink again. `history` is the
+// KV per layer <= budget + block, + |patch| for a policy that scores with a patched prompt: the
+// patch is forwarded after the block and dropped before the shrink); before each decode step it
+// may shrink again. `history` is the
 // stream already fed (the repetition penalty reads it). Throws std::out_of_range when the policy
 // keeps every token and the prompt passes the model's positions.
 GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& working_set,

@@ -8,6 +8,7 @@
 //   per block of fresh tokens (prefill blocks and decode steps):
 //     probe_rows       which fresh rows' attention probabilities the policy wants (none: free);
 //     on_layer         per layer, only when wants_layers() says so or probe rows were asked;
+//     patch_tokens     after a prefill block past the budget: a patch forwarded only to score;
 //     after_block      after a prefill block: what stays in the working set;
 //   before_decode_step before each decode token: what stays (the working set of the graph step);
 //   end_request    once, after the last token.
@@ -77,6 +78,12 @@ class MemoryPolicy {
   virtual std::vector<int64_t> probe_rows(const BlockInfo& /*block*/) const { return {}; }
   virtual bool wants_layers(ForwardPhase /*phase*/) const { return false; }
   virtual void on_layer(const LayerView& /*view*/) {}
+  // Patched-prompt scoring (EpiCache, InfiniPot): tokens the runner forwards after each prefill
+  // block that passes the budget, at the positions after it, with every patch row probed (on_layer
+  // sees probs [1, Hq, |patch|, T], the last |patch| columns being the patch itself); then it
+  // drops the patch's KV (the verbatim tail: truncate is exact) and calls shrink(). The patch
+  // never stays in the working set; peak KV per layer <= budget + block + |patch|. Empty: none.
+  virtual std::vector<int64_t> patch_tokens() const { return {}; }
   // Called when the working set holds more than `target` slots (after a prefill block that
   // passed the budget, or because positions ran out): return the slots to keep, at most `target`
   // of them. std::nullopt means the policy cannot shrink the working set (full KV).
