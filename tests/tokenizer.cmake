@@ -9,3 +9,6 @@ engram_add_test(test_chat_template_families SOURCES test_chat_template_families.
 set_target_properties(test_tokenizer_obj test_tokenizer_json_obj test_token_stream_obj test_chat_template_obj
                       test_chat_template_families_obj
                       PROPERTIES AUTOMOC ON)
+# The one suite here with torch: a model folder with only tokenizer.json, chatted with on the CPU.
+engram_add_test(test_tokenizer_json_chat SOURCES test_tokenizer_json_chat.cpp TORCH TIMEOUT 300)
+set_target_properties(test_tokenizer_json_chat_obj PROPERTIES AUTOMOC ON)

@@ -136,12 +136,14 @@ LoadedModel load_model(const ModelSource& source, const DeviceChoice& device,
     m.config = load_model_config(source.dir);
     m.name = source.dir.filename().string();
     if (m.name.empty()) m.name = source.dir.parent_path().filename().string();
-    const std::filesystem::path tok = source.dir / "tokenizer.model";
-    if (std::filesystem::exists(tok)) {
+    // tokenizer.model (SentencePiece) or tokenizer.json (Hugging Face), see Tokenizer::find_in.
+    const std::filesystem::path tok = Tokenizer::find_in(source.dir);
+    if (!tok.empty()) {
       m.tokenizer = load_tokenizer(tok, m.config.vocab_size);
       m.chat_template = ChatTemplate(ChatTemplate::detect(source.dir, *m.tokenizer));
     } else {
-      log::info("no tokenizer.model in " + source.dir.string() + ": token ids only");
+      log::info("no tokenizer.model or tokenizer.json in " + source.dir.string() +
+                ": token ids only");
     }
     weights =
         load_decoder_weights(source.dir, m.config, device.device, device.compute_dtype, progress);

@@ -55,6 +55,8 @@ AddedTokens::AddedTokens(const nlohmann::json& spec, int64_t max_id) {
     token.special = flag(entry, "special");
     token.lstrip = flag(entry, "lstrip");
     token.rstrip = flag(entry, "rstrip");
+    token.single_word = flag(entry, "single_word");
+    token.normalized = flag(entry, "normalized");
     by_id_[token.id] = tokens_.size();
     by_content_[token.content] = tokens_.size();
     tokens_.push_back(std::move(token));

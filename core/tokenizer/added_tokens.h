@@ -20,6 +20,8 @@ struct AddedToken {
   bool special = false;  // a control token: decode() leaves it out
   bool lstrip = false;
   bool rstrip = false;
+  bool single_word = false;  // not honoured: matched anywhere (load() warns)
+  bool normalized = false;   // not honoured: matched on the raw text (load() warns)
 };
 
 // A stretch of the text: an added token, or text for the normalizer and the model.

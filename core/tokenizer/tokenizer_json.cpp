@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/log.h"
 #include "core/model/model_error.h"
 #include "core/tokenizer/byte_level.h"
 
@@ -86,6 +87,19 @@ std::unique_ptr<JsonTokenizer> JsonTokenizer::load(const std::filesystem::path& 
     tok->decoder_ = parse_token_decoder(field("decoder"));
     const auto& decoder = field("decoder");
     tok->byte_level_decoder_ = decoder.is_object() && decoder.value("type", "") == "ByteLevel";
+    // HF matches such tokens after normalization / only as whole words; the families Engram
+    // targets use neither, so say so once rather than differ silently.
+    size_t unhonoured = 0;
+    std::string example;
+    for (const auto& added : tok->added_.tokens()) {
+      if (added.single_word || (added.normalized && tok->normalizer_)) {
+        if (unhonoured++ == 0) example = added.content;
+      }
+    }
+    if (unhonoured > 0) {
+      log::warn(name + ": " + std::to_string(unhonoured) + " added token(s) (e.g. '" + example +
+                "') set single_word or normalized; Engram matches them anywhere in the raw text");
+    }
   } catch (const nlohmann::json::exception& e) {
     throw ModelError(name, std::string("a field has the wrong type or is missing: ") + e.what());
   } catch (const std::invalid_argument& e) {
