@@ -228,10 +228,12 @@ std::vector<ConversationTranscript> read_all_transcripts(Database& db) {
 }
 
 std::string conversations_to_json(const std::vector<ConversationTranscript>& transcripts) {
-  json list = json::array();
+  // In the order written here (format and version first), not sorted by key.
+  using ordered = nlohmann::ordered_json;
+  ordered list = ordered::array();
   for (const ConversationTranscript& t : transcripts) {
     const Conversation& c = t.conversation;
-    json messages = json::array();
+    ordered messages = ordered::array();
     for (const Utterance& u : t.utterances) {
       messages.push_back({{"role", u.role},
                           {"text", u.text},
@@ -248,12 +250,12 @@ std::string conversations_to_json(const std::vector<ConversationTranscript>& tra
                     {"kv_budget", c.kv_budget},
                     {"messages", std::move(messages)}});
   }
-  const json document = {{"format", kConversationFileFormat},
-                         {"version", kConversationFileVersion},
-                         {"conversations", std::move(list)}};
+  const ordered document = {{"format", kConversationFileFormat},
+                            {"version", kConversationFileVersion},
+                            {"conversations", std::move(list)}};
   // Text the store holds is UTF-8 from the tokenizer; should a byte sequence not be, it becomes
   // U+FFFD rather than failing the whole export.
-  return document.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  return document.dump(2, ' ', false, ordered::error_handler_t::replace) + "\n";
 }
 
 std::string conversations_to_markdown(const std::vector<ConversationTranscript>& transcripts) {
@@ -333,10 +335,12 @@ std::int64_t export_conversation_file(const std::vector<ConversationTranscript>&
   const std::string content = format == ConversationFileFormat::kJson
                                   ? conversations_to_json(transcripts)
                                   : conversations_to_markdown(transcripts);
-  std::filesystem::path temp = file;
+  // Absolute: the directory of a bare file name is synced too.
+  const std::filesystem::path target = std::filesystem::absolute(file);
+  std::filesystem::path temp = target;
   temp += ".partial";
-  write_file_durably(temp, file, std::as_bytes(std::span(content.data(), content.size())),
-                     "conversation export");
+  write_file_durably(temp, target, std::as_bytes(std::span(content.data(), content.size())),
+                     "conversation export to " + file.string());
   return static_cast<std::int64_t>(content.size());
 }
 

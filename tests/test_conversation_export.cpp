@@ -125,6 +125,8 @@ class TestConversationExport : public QObject {
       export_conversation_file(read_all_transcripts(db), ConversationFileFormat::kJson,
                                file("all.json"));
     }
+    QVERIFY2(first.rfind("{\n  \"format\": \"engram-conversations\",\n  \"version\": 1,\n", 0) == 0,
+             first.substr(0, 80).c_str());
     const json document = json::parse(first);
     QCOMPARE(document.at("format"), "engram-conversations");
     QCOMPARE(document.at("version"), 1);

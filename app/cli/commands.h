@@ -14,5 +14,7 @@ int run_export_embodied(int argc, char** argv);      // `export embodied`: exper
 int run_eval_embodied(int argc, char** argv);        // `eval embodied`: the model as planner
 int run_export_conversation(int argc, char** argv);  // `export conversation`: QA/chat data
 int run_eval_conversation(int argc, char** argv);    // `eval conversation`: QA over history
+int run_export_chat(int argc, char** argv);  // `export chat`: a profile's conversations to a file
+int run_import_chat(int argc, char** argv);  // `import chat`: a JSON file as new conversations
 
 }  // namespace engram::cli

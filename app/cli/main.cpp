@@ -106,7 +106,10 @@ void usage() {
       "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"
       "           [--max-tokens B]\n"
       "  eval conversation --model DIR [--episodes N] [--seed S] [--policy P] [--kv-budget T]\n"
-      "           [--json FILE]\n",
+      "           [--json FILE]\n"
+      "  export chat [--profile DIR] (--conversation ID|NAME | --all) --format json|markdown\n"
+      "           --out FILE|-   (stored conversations, without their KV caches)\n"
+      "  import chat [--profile DIR] FILE   (a JSON export, as new conversations)\n",
       stderr);
 }
 
@@ -135,6 +138,8 @@ int main(int argc, char** argv) {
     if (command == "eval" && sub == "conversation") {
       return engram::cli::run_eval_conversation(argc, argv);
     }
+    if (command == "export" && sub == "chat") return engram::cli::run_export_chat(argc, argv);
+    if (command == "import" && sub == "chat") return engram::cli::run_import_chat(argc, argv);
     std::fprintf(stderr, "engram-cli: unknown command '%s'\n", command.c_str());
     usage();
     return 2;
