@@ -2,8 +2,9 @@
 // the GPU machine in each family's configuration (GPT-2, Llama-3, Qwen2 with NFC and Qwen3's
 // <think>, Mistral Nemo's tekken, Llama-2 and Mistral v0.3 SentencePiece-style BPE with byte
 // fallback), their ids and decoded text for multilingual, emoji, code, whitespace and special-token
-// strings, and the decoded text of invalid UTF-8 byte runs (tests/data/tokenizers, made by
-// tools/make_tokenizer_fixtures.py). Then streaming, folders, and hostile files.
+// strings, 300 seeded random strings a family, and the decoded text of invalid UTF-8 byte runs
+// (tests/data/tokenizers, made by tools/make_tokenizer_fixtures.py). Then streaming, folders, and
+// hostile files.
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -91,6 +92,32 @@ class TestTokenizerJson : public QObject {
              QString::fromStdString(c["decoded"].get<std::string>()));
   }
 
+  // 300 random strings a family (seeded): corpus words, unseen scripts, combining marks, emoji
+  // sequences, whitespace and digit runs, contractions, special-token spellings.
+  void fuzzStringsMatchHuggingFace() {
+    for (const char* family : kFamilies) {
+      const auto tokenizer = Tokenizer::load(kFixtures / family / "tokenizer.json");
+      const auto& fuzz = cases_["families"][family]["fuzz"];
+      QVERIFY(fuzz.size() >= 100);
+      int mismatches = 0;
+      QString first;
+      for (const auto& c : fuzz) {
+        const std::string text = c["text"];
+        const auto expected = c["ids"].get<std::vector<int32_t>>();
+        const auto ids = tokenizer->encode(text);
+        if (ids != expected || tokenizer->decode(ids) != c["decoded"].get<std::string>()) {
+          if (mismatches++ == 0) {
+            first = QString::fromUtf8(text) + QStringLiteral(": got ") + toQ(ids) +
+                    QStringLiteral(", HF ") + toQ(expected);
+          }
+        }
+      }
+      QVERIFY2(mismatches == 0, qPrintable(QString::fromLatin1(family) + QStringLiteral(": ") +
+                                           QString::number(mismatches) +
+                                           QStringLiteral(" mismatches; first ") + first));
+    }
+  }
+
   void decodeOfInvalidUtf8MatchesHuggingFace() {
     for (const char* family : kFamilies) {
       const auto tokenizer = Tokenizer::load(kFixtures / family / "tokenizer.json");
@@ -153,7 +180,8 @@ class TestTokenizerJson : public QObject {
   // token ends inside a character.
   void streamingMatchesDecode() {
     const std::string text =
-        "Größe 我们今天 👨‍👩‍👧‍👦 ok\n\tdef f(x): return 1  ا😀 한국어 ꙮ 𝔘 "
+        "Größe 我们今天 👨‍👩‍👧‍👦 ok\n\tdef f(x): return 1  ا😀 한국어 ꙮ "
+        "𝔘 "
         "<think>x</think>";
     for (const char* family : kFamilies) {
       const auto tokenizer = Tokenizer::load(kFixtures / family / "tokenizer.json");

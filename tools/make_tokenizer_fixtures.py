@@ -90,6 +90,36 @@ TEST_STRINGS = [
     "ends with special <|endoftext|>",
 ]
 
+# Random strings (fixed seed) built from pieces that stress the pre-tokenizer regexes and BPE:
+# words of the corpus, letters of scripts the training never saw (byte fallback, raw bytes),
+# combining marks, emoji sequences, whitespace runs of every kind, digit runs, contractions,
+# punctuation runs and special-token spellings.
+FUZZ_ATOMS = (
+    [w for line in CORPUS for w in line.split()][:200]
+    + list("abcXYZ019 .,;:!?-_'\"()[]{}<>/\\|@#$%^&*+=~`")
+    + ["\u00e4", "\u00df", "\u00e9", "e\u0301", "u\u0308", "\u4e2d", "\u6587", "\u3042",
+       "\u30ab", "\u0639", "\u0644", "\ud55c", "\uae00", "\u0e01", "\u0e48", "\ua66e",
+       "\U0001d518", "\u00a0", "\u3000", "\u2028", "\u200b", "\u200d", "\ufe0f",
+       "\U0001f600", "\U0001f44d\U0001f3fd", "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+       "\U0001f1e9\U0001f1ea", "\u2764\ufe0f"]
+    + [" " * n for n in (1, 2, 3, 5, 8)] + ["\t", "\t\t", "\n", "\n\n", "\r\n", " \n ", "\n\n\n  "]
+    + ["1", "12", "123", "1234", "12345678", "3.14", "1,000"]
+    + ["'s", "'t", "'re", "'LL", "'D", "n't", "I'm"]
+    + ["...", "!!", "?!", "--", "==>", "://", "```", "\"\"\""]
+    + ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|begin_of_text|>",
+       "<s>", "</s>", "[INST]", "[/INST]", "<think>", "</think>", "<|tool|>", " <|tool|> "])
+
+
+def fuzz_strings(count, seed=19):
+    import random
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        n = rng.randint(1, 14)
+        out.append("".join(rng.choice(FUZZ_ATOMS) for _ in range(n)))
+    return out
+
+
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                    "<|end_header_id|>", "<|eot_id|>"]
 QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -426,8 +456,13 @@ def main():
             word = tok.encode("Hello", add_special_tokens=False).ids
             decode.append({"bytes": [ord(c) for c in "Hello"] + run, "ids": word + ids,
                            "decoded": tok.decode(word + ids, skip_special_tokens=True)})
+        fuzz = []
+        for s in fuzz_strings(300):
+            ids = tok.encode(s, add_special_tokens=False).ids
+            fuzz.append({"text": s, "ids": ids,
+                         "decoded": tok.decode(ids, skip_special_tokens=True)})
         cases["families"][name] = {"vocab_size": tok.get_vocab_size(with_added_tokens=True),
-                                   "encode": encode, "decode": decode}
+                                   "encode": encode, "decode": decode, "fuzz": fuzz}
 
     chat = {}
     for tmpl_name, (source, fam, kwargs) in CHAT_TEMPLATES.items():
@@ -444,7 +479,7 @@ def main():
         chat[tmpl_name] = {"tokenizer": fam, "source": source, "kwargs": kwargs,
                            "conversations": rendered}
     with open(os.path.join(root, "cases.json"), "w") as f:
-        json.dump(cases, f, ensure_ascii=False, indent=1)
+        json.dump(cases, f, ensure_ascii=False, separators=(",", ":"))
     with open(os.path.join(root, "chat_templates.json"), "w") as f:
         json.dump({"versions": cases["versions"], "conversations": CONVERSATIONS,
                    "templates": chat}, f, ensure_ascii=False, indent=1)
