@@ -46,6 +46,7 @@ std::string utc_now() {
 
 int run_bench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "restore") return run_bench_restore(argc, argv);
+  if (argc > 2 && std::string(argv[2]) == "oxygen") return run_bench_oxygen(argc, argv);
   auto with_value = model_flags_with_value();
   with_value.insert({"tokens", "decode-tokens", "repeat", "json", "trace", "hbm-gbps", "chunk"});
   with_value.merge(policy_flags());
