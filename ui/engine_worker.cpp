@@ -175,6 +175,34 @@ void EngineWorker::deleteConversation(qint64 id) {
   }
 }
 
+void EngineWorker::exportConversations(const QVector<qint64>& ids, const QString& file,
+                                       bool markdown) {
+  if (!ready()) return;
+  try {
+    const qint64 count =
+        assistant_->export_conversations(std::vector<int64_t>(ids.begin(), ids.end()),
+                                         markdown ? storage::ConversationFileFormat::kMarkdown
+                                                  : storage::ConversationFileFormat::kJson,
+                                         file.toStdString());
+    Q_EMIT conversationsExported(file, count);
+  } catch (const std::exception& e) {
+    Q_EMIT fileFailed(tr("Could not export to %1: %2").arg(file, message_of(e)));
+  }
+}
+
+void EngineWorker::importConversations(const QString& file) {
+  if (!ready()) return;
+  try {
+    const auto imported = assistant_->import_conversations(file.toStdString());
+    Q_EMIT conversationsImported(file, QVector<ConversationInfo>(imported.begin(), imported.end()));
+    Q_EMIT conversationsChanged();
+  } catch (const storage::ConversationFileError& e) {
+    Q_EMIT fileFailed(tr("Nothing was imported: %1").arg(message_of(e)));
+  } catch (const std::exception& e) {
+    Q_EMIT fileFailed(tr("Nothing was imported from %1: %2").arg(file, message_of(e)));
+  }
+}
+
 void EngineWorker::stream(const std::string& text) {
   Q_EMIT replyText(QString::fromStdString(text));
   const qint64 now = QDateTime::currentMSecsSinceEpoch();

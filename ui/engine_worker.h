@@ -48,6 +48,11 @@ class EngineWorker : public QObject {
   void openConversation(qint64 id);
   void renameConversation(qint64 id, const QString& name);
   void deleteConversation(qint64 id);
+  // Conversations `ids` (all when empty) to `file` as JSON or Markdown, and a JSON file back as
+  // new conversations (storage/conversation_export.h): answers with conversationsExported /
+  // conversationsImported, or fileFailed when nothing was written or imported.
+  void exportConversations(const QVector<qint64>& ids, const QString& file, bool markdown);
+  void importConversations(const QString& file);
   void send(const QString& text, const engram::AssistantSampling& sampling);
   void regenerate(const engram::AssistantSampling& sampling);
   void refreshMemory();
@@ -80,6 +85,10 @@ class EngineWorker : public QObject {
   // The conversation's KV went to the store after a reply.
   void memorySaved(const engram::MemorySave& save);
   void conversationsChanged();
+  void conversationsExported(const QString& file, qint64 count);
+  void conversationsImported(const QString& file,
+                             const QVector<engram::ConversationInfo>& conversations);
+  void fileFailed(const QString& message);
   // The assistant's memory policy now: after setMemoryPolicy, a model load, New and an open.
   void memoryPolicyChanged(const engram::MemoryPolicyChoice& choice);
   void error(const QString& message);

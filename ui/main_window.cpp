@@ -5,20 +5,27 @@
 #include <QCloseEvent>
 #include <QDialog>
 #include <QDialogButtonBox>
+#include <QDir>
 #include <QDockWidget>
 #include <QDoubleSpinBox>
 #include <QEvent>
+#include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QKeySequence>
 #include <QLabel>
+#include <QListWidget>
 #include <QMenuBar>
+#include <QMessageBox>
 #include <QPushButton>
 #include <QRandomGenerator>
+#include <QRegularExpression>
 #include <QSettings>
 #include <QShortcut>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStandardPaths>
 #include <QStatusBar>
 #include <QThread>
 #include <QToolBar>
@@ -142,6 +149,14 @@ void MainWindow::build_menus() {
   auto* new_action = file->addAction(tr("&New conversation"), this, &MainWindow::newConversation);
   new_action->setShortcut(QKeySequence::New);
   file->addAction(tr("Open &trace file…"), timeline_, &TimelinePanel::loadTraceFile);
+  file->addSeparator();
+  export_action_ =
+      file->addAction(tr("&Export conversation…"), this, &MainWindow::exportConversation);
+  export_all_action_ =
+      file->addAction(tr("Export &all conversations…"), this, &MainWindow::exportAllConversations);
+  import_action_ =
+      file->addAction(tr("&Import conversations…"), this, &MainWindow::importConversations);
+  connect(file, &QMenu::aboutToShow, this, [this] { export_action_->setEnabled(current_ != 0); });
   file->addSeparator();
   auto* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
@@ -313,6 +328,30 @@ void MainWindow::connect_worker() {
     }
     Q_EMIT memoryRestored(r);
   });
+  connect(worker_, &EngineWorker::conversationsExported, this,
+          [this](const QString& file, qint64 count) {
+            statusBar()->showMessage(tr("Exported %n conversation(s) to %1", nullptr, int(count))
+                                         .arg(QDir::toNativeSeparators(file)),
+                                     10000);
+            Q_EMIT conversationsExported(file, count);
+          });
+  connect(worker_, &EngineWorker::conversationsImported, this,
+          [this](const QString& file, const QVector<ConversationInfo>& imported) {
+            statusBar()->showMessage(
+                tr("Imported %n conversation(s) from %1", nullptr, int(imported.size()))
+                    .arg(QDir::toNativeSeparators(file)),
+                10000);
+            Q_EMIT conversationsImported(file, imported.size());
+          });
+  connect(worker_, &EngineWorker::fileFailed, this, [this](const QString& message) {
+    statusBar()->clearMessage();
+    // Not exec(): the box is window-modal but the event loop (and the engine's signals) go on.
+    auto* box = new QMessageBox(QMessageBox::Warning, tr("Engram"), message, QMessageBox::Ok, this);
+    box->setObjectName(QStringLiteral("fileErrorBox"));
+    box->setAttribute(Qt::WA_DeleteOnClose);
+    box->open();
+    Q_EMIT fileActionFailed(message);
+  });
   connect(worker_, &EngineWorker::error, this, &MainWindow::showError);
   connect(events_, &EngineEvents::layerIntervals, timeline_, &TimelinePanel::addIntervals);
 }
@@ -380,6 +419,76 @@ void MainWindow::newConversation() {
   chat_->clear();
   QMetaObject::invokeMethod(worker_, &EngineWorker::newConversation);
   input_->setFocus();
+}
+
+QString MainWindow::choose_file(bool save, const QString& suggested) {
+  if (file_chooser_) return file_chooser_(save, suggested);
+  QFileDialog dialog(this, save ? tr("Export conversations") : tr("Import conversations"));
+  dialog.setAcceptMode(save ? QFileDialog::AcceptSave : QFileDialog::AcceptOpen);
+  if (save) {
+    dialog.setNameFilters(
+        {tr("JSON, can be imported again (*.json)"), tr("Markdown, to read (*.md)")});
+    dialog.setDefaultSuffix(QStringLiteral("json"));
+    connect(&dialog, &QFileDialog::filterSelected, &dialog, [&dialog](const QString& filter) {
+      dialog.setDefaultSuffix(filter.contains(QLatin1String("*.md")) ? QStringLiteral("md")
+                                                                     : QStringLiteral("json"));
+    });
+    dialog.selectFile(suggested);
+  } else {
+    dialog.setFileMode(QFileDialog::ExistingFile);
+    dialog.setNameFilters({tr("Engram conversations (*.json)"), tr("All files (*)")});
+    dialog.setDirectory(suggested);
+  }
+  if (dialog.exec() != QDialog::Accepted || dialog.selectedFiles().isEmpty()) return {};
+  return dialog.selectedFiles().front();
+}
+
+void MainWindow::export_to_file(const QVector<qint64>& ids, const QString& suggested) {
+  const QString dir =
+      settings_
+          ->value(QStringLiteral("files/dir"),
+                  QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation))
+          .toString();
+  const QString path = choose_file(true, QDir(dir).filePath(suggested));
+  if (path.isEmpty()) return;
+  const QString suffix = QFileInfo(path).suffix().toLower();
+  const bool markdown = suffix == QLatin1String("md") || suffix == QLatin1String("markdown");
+  settings_->setValue(QStringLiteral("files/dir"), QFileInfo(path).absolutePath());
+  statusBar()->showMessage(tr("Exporting to %1…").arg(QDir::toNativeSeparators(path)));
+  QMetaObject::invokeMethod(
+      worker_, [w = worker_, ids, path, markdown] { w->exportConversations(ids, path, markdown); });
+}
+
+void MainWindow::exportConversation() {
+  if (current_ == 0) {
+    showError(tr("Open a conversation to export it, or export all conversations."));
+    return;
+  }
+  QString name = tr("conversation");
+  for (int row = 0; row < conversations_->count(); ++row) {
+    if (conversations_->list()->item(row)->data(Qt::UserRole).toLongLong() == current_)
+      name = conversations_->name_at(row);
+  }
+  // A title may hold characters a file name cannot.
+  name.replace(QRegularExpression(QStringLiteral("[/\\\\:*?\"<>|]")), QStringLiteral("_"));
+  export_to_file({current_}, name + QStringLiteral(".json"));
+}
+
+void MainWindow::exportAllConversations() {
+  export_to_file({}, QStringLiteral("engram-conversations.json"));
+}
+
+void MainWindow::importConversations() {
+  const QString dir =
+      settings_
+          ->value(QStringLiteral("files/dir"),
+                  QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation))
+          .toString();
+  const QString path = choose_file(false, dir);
+  if (path.isEmpty()) return;
+  settings_->setValue(QStringLiteral("files/dir"), QFileInfo(path).absolutePath());
+  statusBar()->showMessage(tr("Importing %1…").arg(QDir::toNativeSeparators(path)));
+  QMetaObject::invokeMethod(worker_, [w = worker_, path] { w->importConversations(path); });
 }
 
 void MainWindow::loadModel(const ModelLoadRequest& request) {

@@ -7,9 +7,11 @@
 #include <QMainWindow>
 #include <QMap>
 #include <QPointer>
+#include <functional>
 
 #include "core/engine/assistant.h"
 
+class QAction;
 class QDockWidget;
 class QLabel;
 class QMenu;
@@ -63,6 +65,14 @@ class MainWindow : public QMainWindow {
   QMenu* panels_menu() const { return panels_menu_; }
   AssistantSampling sampling() const { return sampling_; }
   void set_sampling(const AssistantSampling& sampling);
+  // File → Export/Import ask this for a path (empty: cancelled); `suggested` is a file to save or
+  // the folder to import from. By default a file dialog; tests and scripts replace it, since the
+  // dialog is modal.
+  using FileChooser = std::function<QString(bool save, const QString& suggested)>;
+  void set_file_chooser(FileChooser chooser) { file_chooser_ = std::move(chooser); }
+  QAction* export_conversation_action() const { return export_action_; }
+  QAction* export_all_action() const { return export_all_action_; }
+  QAction* import_action() const { return import_action_; }
 
  public Q_SLOTS:
   void send();  // sends the input box's text
@@ -70,6 +80,12 @@ class MainWindow : public QMainWindow {
   void stop();
   void regenerate();
   void newConversation();
+  // The open conversation, or all, to a JSON (re-importable) or Markdown (.md) file; a JSON file's
+  // conversations into the profile as new ones. The worker does the work; errors open a message
+  // box.
+  void exportConversation();
+  void exportAllConversations();
+  void importConversations();
   void loadModel(const engram::ModelLoadRequest& request);
   void showError(const QString& message);
 
@@ -82,6 +98,9 @@ class MainWindow : public QMainWindow {
   void busyChanged(bool busy);
   // The open conversation's stored KV was read into the engine, or could not be used.
   void memoryRestored(const engram::MemoryRestore& restore);
+  void conversationsExported(const QString& file, qint64 count);
+  void conversationsImported(const QString& file, qint64 count);
+  void fileActionFailed(const QString& message);
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -97,6 +116,8 @@ class MainWindow : public QMainWindow {
   void refresh_list();
   void style_banner();
   AssistantSampling request_sampling() const;
+  QString choose_file(bool save, const QString& suggested);
+  void export_to_file(const QVector<qint64>& ids, const QString& suggested);
 
   MainWindowOptions options_;
   QSettings* settings_;
@@ -112,6 +133,10 @@ class MainWindow : public QMainWindow {
   TimelinePanel* timeline_;
   MemoryInspector* inspector_;
   QMenu* panels_menu_ = nullptr;
+  QAction* export_action_ = nullptr;
+  QAction* export_all_action_ = nullptr;
+  QAction* import_action_ = nullptr;
+  FileChooser file_chooser_;
   QMap<QString, QDockWidget*> panels_;
   AssistantSampling sampling_;
   ModelLoadRequest pending_model_;

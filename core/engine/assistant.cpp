@@ -469,6 +469,22 @@ void Assistant::delete_conversation(int64_t id) {
   }
 }
 
+int64_t Assistant::export_conversations(const std::vector<int64_t>& ids,
+                                        storage::ConversationFileFormat format,
+                                        const std::filesystem::path& file) {
+  const auto transcripts = ids.empty() ? storage::read_all_transcripts(*s_->db)
+                                       : storage::read_transcripts(*s_->db, ids);
+  storage::export_conversation_file(transcripts, format, file);
+  return static_cast<int64_t>(transcripts.size());
+}
+
+std::vector<ConversationInfo> Assistant::import_conversations(const std::filesystem::path& file) {
+  std::vector<ConversationInfo> out;
+  for (const auto& c : storage::import_conversation_file(*s_->db, file))
+    out.push_back(info_of(c));
+  return out;
+}
+
 std::optional<int64_t> Assistant::current_conversation() const {
   return s_->conversation;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/trace/engine_observer.h"
+#include "storage/conversation_export.h"
 
 namespace engram {
 
@@ -204,6 +205,15 @@ class Assistant {
   void rename_conversation(int64_t id, const std::string& name);
   void delete_conversation(int64_t id);  // closes it when it is the open one
   std::optional<int64_t> current_conversation() const;
+  // Conversations to a file and back, without their KV (storage/conversation_export.h). Export
+  // writes `ids` (all, oldest first, when empty) and returns how many it wrote. Import stores a
+  // JSON file's conversations under new ids in one transaction and returns them; on
+  // storage::ConversationFileError or StoreError nothing is imported. An imported conversation
+  // has no stored KV: opening it rebuilds the cache from its text.
+  int64_t export_conversations(const std::vector<int64_t>& ids,
+                               storage::ConversationFileFormat format,
+                               const std::filesystem::path& file);
+  std::vector<ConversationInfo> import_conversations(const std::filesystem::path& file);
   std::vector<ConversationMessage> messages() const;
 
   // Adds the user's message to the open conversation (a new one when none is open), generates
