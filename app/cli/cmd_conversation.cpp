@@ -2,6 +2,7 @@
 // world, and QA accuracy (exact match and token F1 per question type) of a model over held-out
 // conversations with the full KV cache, with time to first token per question.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -14,6 +15,8 @@
 #include "core/env/conversation_generator.h"
 #include "core/env/conversation_jsonl.h"
 #include "core/env/conversation_qa_metrics.h"
+#include "core/policies/epicache_policy.h"
+#include "core/policies/text_embedding.h"
 #include "core/tokenizer/token_stream.h"
 
 namespace engram::cli {
@@ -63,6 +66,28 @@ double prefill_history(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSe
   const GenerationResult r = generate(decoder, policy, ws, {}, ids, fill, {});
   *peak = std::max(*peak, r.peak_kv_tokens);
   return r.prefill_ms;
+}
+
+// One cache the questions are asked of: the history's working set under a policy (EpiCache: one
+// per episode, each built with its episode's patch).
+struct HistoryCache {
+  std::unique_ptr<KvWorkingSet> ws;
+  std::unique_ptr<MemoryPolicy> policy;
+};
+
+// The utterance lines of a window, the text that is embedded and that a medoid's patch quotes.
+std::string window_text(const std::vector<env::Utterance>& u, const UtteranceWindow& w) {
+  std::string text;
+  for (size_t i = w.begin; i < w.end; ++i)
+    text += env::utterance_line(u[i]);
+  return text;
+}
+
+std::vector<int64_t> encode_patch(const Tokenizer& tokenizer, const std::string& text) {
+  std::vector<int64_t> ids;
+  for (int32_t id : tokenizer.encode(text))
+    ids.push_back(id);
+  return ids;
 }
 
 nlohmann::json score_json(const env::QaScore& s) {
@@ -157,6 +182,13 @@ int run_eval_conversation(int argc, char** argv) {
   nlohmann::json details = nlohmann::json::array();
   int64_t truncated = 0, evidence_cut = 0, history_tokens_sum = 0;
   double prefill_ms_sum = 0;
+  // EpiCache (epicache_policy.h): the history is clustered into episodes, one cache per episode,
+  // each question routed to the nearest centroid. Routing is right when the routed episode holds
+  // every evidence utterance's window.
+  const auto* epicache = dynamic_cast<const EpiCachePolicy*>(policy.get());
+  const bool episodic = epicache && epicache->options().patch == PatchKind::kEpisode;
+  int64_t episodes_sum = 0, routed_questions = 0, routed_all = 0, routed_any = 0;
+  double clustering_ms_sum = 0;
   for (int64_t episode = 0; episode < episodes; ++episode) {
     const uint64_t seed = static_cast<uint64_t>(first + episode);
     const Conversation c = env::generate_conversation(conversation_config(args, seed));
@@ -181,11 +213,53 @@ int run_eval_conversation(int argc, char** argv) {
     truncated += begin > 0;
     history_tokens_sum += static_cast<int64_t>(history.size());
 
-    // The history's working set, forked for every question (its own copy of the policy too).
-    const auto base_ws = working_set_for(*policy, model, kBlock);
-    const auto base_policy = policy->clone();
-    prefill_ms_sum += prefill_history(decoder, *base_policy, *base_ws, history, &peak_kv);
-    const auto ws = working_set_for(*policy, model, kBlock);
+    // The history's working set (one per episode for EpiCache), forked for every question (its
+    // own copy of the policy too).
+    std::vector<HistoryCache> caches;
+    std::vector<UtteranceWindow> windows;
+    EpisodeClustering clustering;
+    Embedding centre;  // empty: embeddings are not centred
+    int64_t most_patch = 0;
+    if (episodic) {
+      const auto t0 = std::chrono::steady_clock::now();
+      windows =
+          utterance_windows(begin, u.size(), static_cast<size_t>(epicache->options().w_embed));
+      std::vector<Embedding> embeddings;
+      for (const UtteranceWindow& w : windows)
+        embeddings.push_back(embed_text(decoder, tokenizer, window_text(u, w)));
+      if (epicache->options().centre) {
+        centre = mean_embedding(embeddings);
+        for (Embedding& e : embeddings)
+          e = centred(e, centre);
+      }
+      ClusteringOptions co;
+      co.episodes = static_cast<int32_t>(epicache->options().episodes);
+      clustering = cluster_episodes(embeddings, co);
+      clustering_ms_sum +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      episodes_sum += clustering.episodes();
+      for (int64_t e = 0; e < clustering.episodes(); ++e) {
+        HistoryCache cache{nullptr, policy->clone()};
+        const std::string patch =
+            EpiCachePolicy::episode_patch_text(window_text(u, windows[clustering.medoids[e]]));
+        static_cast<EpiCachePolicy&>(*cache.policy).set_patch(encode_patch(tokenizer, patch));
+        caches.push_back(std::move(cache));
+      }
+    } else {
+      caches.push_back({nullptr, policy->clone()});
+      if (epicache && epicache->options().patch == PatchKind::kInfiniPot) {
+        static_cast<EpiCachePolicy&>(*caches.back().policy)
+            .set_patch(encode_patch(tokenizer, EpiCachePolicy::infinipot_patch_text()));
+      }
+    }
+    for (HistoryCache& cache : caches) {
+      // A patched prompt needs its room beside the block in the fixed working set.
+      const auto patch = static_cast<int64_t>(cache.policy->patch_tokens().size());
+      most_patch = std::max(most_patch, patch);
+      cache.ws = working_set_for(*policy, model, kBlock + patch);
+      prefill_ms_sum += prefill_history(decoder, *cache.policy, *cache.ws, history, &peak_kv);
+    }
+    const auto ws = working_set_for(*policy, model, kBlock + most_patch);
 
     for (const env::Question& q : c.questions) {
       const std::vector<int64_t> prompt =
@@ -195,12 +269,40 @@ int run_eval_conversation(int argc, char** argv) {
       while (common < history.size() && common + 1 < prompt.size() &&
              history[common] == prompt[common])
         ++common;
-      ws->assign(*base_ws);
-      auto question_policy = base_policy->clone();
+      // EpiCache routes the question (embedded like the windows) to the nearest centroid (Eq. 7).
+      int32_t routed = 0;
+      nlohmann::json routing;
+      if (episodic) {
+        // The question as a user's line, in the windows' own form.
+        Embedding query = embed_text(
+            decoder, tokenizer, env::utterance_line({env::kUserSpeaker, q.question, 0, ""}));
+        if (!centre.empty()) query = centred(query, centre);
+        routed = nearest_episode(clustering.centroids, query);
+        bool all_in = !q.evidence.empty(), any_in = false;
+        for (int64_t e : q.evidence) {
+          const auto offset = static_cast<size_t>(e - static_cast<int64_t>(begin));
+          const auto w_embed = static_cast<size_t>(epicache->options().w_embed);
+          const bool in =
+              e >= static_cast<int64_t>(begin) && clustering.assignment[offset / w_embed] == routed;
+          all_in &= in;
+          any_in |= in;
+        }
+        if (!q.evidence.empty()) {
+          ++routed_questions;
+          routed_all += all_in;
+          routed_any += any_in;
+        }
+        routing = {{"episode", routed}, {"evidence_in_episode", all_in}};
+      }
+      const KvWorkingSet& base_ws = *caches[routed].ws;
+      const MemoryPolicy& base_policy = *caches[routed].policy;
+      ws->assign(base_ws);
+      auto question_policy = base_policy.clone();
       if (!ws->truncate(static_cast<int64_t>(common))) {
         // The prompt leaves the history inside what the policy compacted: prefill it whole.
         ws->clear();
-        question_policy = policy->clone();
+        question_policy = base_policy.clone();
+        question_policy->begin_request(WorkingSetInfo{});  // no scores of the old slots
         common = 0;
         ++rebuilt_questions;
       }
@@ -240,6 +342,7 @@ int run_eval_conversation(int argc, char** argv) {
                          {"evidence_cut", cut},
                          {"prompt_tokens", prompt.size()},
                          {"time_to_first_token_ms", r.time_to_first_token_ms}});
+      if (episodic) details.back()["routing"] = routing;
     }
   }
 
@@ -270,6 +373,15 @@ int run_eval_conversation(int argc, char** argv) {
       static_cast<long long>(episodes), static_cast<long long>(mc.max_positions),
       static_cast<long long>(evidence_cut));
 
+  if (episodic) {
+    std::printf(
+        "epicache: %.1f episodes per conversation (clustering %.0f ms); routed to the episode "
+        "holding all the evidence %lld of %lld questions (any: %lld)\n",
+        static_cast<double>(episodes_sum) / static_cast<double>(episodes),
+        clustering_ms_sum / static_cast<double>(episodes), static_cast<long long>(routed_all),
+        static_cast<long long>(routed_questions), static_cast<long long>(routed_any));
+  }
+
   if (args.has("json")) {
     const nlohmann::json j = {
         {"model", model.name},
@@ -298,6 +410,19 @@ int run_eval_conversation(int argc, char** argv) {
         {"history_prefill_ms_mean", prefill_ms_sum / static_cast<double>(episodes)},
         {"conversations_cut_to_fit", truncated},
         {"questions_with_evidence_cut", evidence_cut},
+        {"epicache",
+         episodic ? nlohmann::json{{"episodes_mean", static_cast<double>(episodes_sum) /
+                                                         static_cast<double>(episodes)},
+                                   {"clustering_ms_mean",
+                                    clustering_ms_sum / static_cast<double>(episodes)},
+                                   {"questions_with_evidence", routed_questions},
+                                   {"routed_to_all_evidence", routed_all},
+                                   {"routed_to_any_evidence", routed_any},
+                                   {"routing_accuracy",
+                                    routed_questions > 0 ? static_cast<double>(routed_all) /
+                                                               static_cast<double>(routed_questions)
+                                                         : 0.0}}
+                  : nlohmann::json()},
         {"answers", details}};
     const std::string path = args.str("json", "");
     std::ofstream out(path);

@@ -3,6 +3,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "core/policies/epicache_policy.h"
 #include "core/policies/full_policy.h"
 #include "core/policies/snapkv_policy.h"
 #include "core/policies/streaming_policy.h"
@@ -74,10 +75,27 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     const int64_t window = take(options, "window", 64);
     policy = std::make_unique<SnapKvPolicy>(std::max<int64_t>(1, window),
                                             std::max<int64_t>(1, take(options, "kernel", 7)));
+  } else if (name == "epicache") {
+    // Not in the catalog (the app's menu) yet: only `eval conversation` clusters the history and
+    // sets each episode's patch; chat routing and write-back come later (issue 15).
+    EpiCacheOptions o;
+    o.episodes = std::max<int64_t>(1, take(options, "episodes", o.episodes));
+    o.w_embed = std::max<int64_t>(1, take(options, "w_embed", o.w_embed));
+    const int64_t patch = take(options, "patch", static_cast<int64_t>(o.patch));
+    if (patch > 2)
+      throw std::invalid_argument("policy '" + spec +
+                                  "': patch is 0 (episode), 1 (infinipot) or 2 (snapkv)");
+    o.patch = static_cast<PatchKind>(patch);
+    o.window = std::max<int64_t>(1, take(options, "window", o.window));
+    o.tail = take(options, "tail", o.tail);
+    o.per_head = take(options, "per_head", 1) != 0;
+    o.centre = take(options, "centre", 1) != 0;
+    policy = std::make_unique<EpiCachePolicy>(o);
   } else {
     std::string names;
     for (const auto& d : policy_catalog())
       names += (names.empty() ? "" : ", ") + d.name;
+    names += ", epicache (eval conversation)";
     throw std::invalid_argument("unknown memory policy '" + name + "'; known: " + names);
   }
   if (!options.empty()) {

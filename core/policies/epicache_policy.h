@@ -1,0 +1,86 @@
+// `epicache`: EpiCache's block prefill eviction (Kim et al., 2025, arXiv:2509.17396, §2.2 Eq. 3
+// and §3.1 Stage 2; DESIGN.md "EpiCache"). After each prefill block that passes the budget the
+// runner forwards a patched prompt (MemoryPolicy::patch_tokens) at the positions after it; every
+// cached token is scored per KV head by the maximum, over the patch's rows and the query heads of
+// that KV head, of the softmax attention it receives (softmax over the cached keys only, i.e. the
+// probabilities renormalised without the patch's own columns); each (layer, KV head) keeps its
+// top-scored tokens. The patch's KV is dropped before the shrink. One policy instance builds one
+// episode's cache: the caller (eval conversation) clusters the history (episode_clustering.h),
+// sets each episode's patch (episode_patch_text() of its medoid window) and routes questions.
+//
+// Patch variants under the same runtime and the same Eq. 3 (paper App. A.2), option `patch`:
+//   0 episode: a fixed instruction + the episode's medoid window (set_patch());
+//   1 infinipot: a generic "summarize the most important parts" instruction (set_patch());
+//   2 snapkv: no extra forward; the block's last `window` tokens are the probe rows.
+//
+// Engram's deviations: kept tokens are compacted to positions 0..n-1 like every Engram plan (the
+// paper decodes at the original total length); every head keeps the same number of tokens
+// (KeepPlan lists have one length), so the paper's head-wise non-uniform selection (Ada-KV) is
+// not available: `per_head=1` (default) ranks per KV head, `per_head=0` keeps one list per layer
+// ranked by the max over its KV heads; uniform layer budgets (calibrate is not built yet); the
+// last `tail` tokens (32) of a block are always kept, so a question block that passes the
+// budget cannot evict the question itself; when decode reaches the budget the last scores
+// decide (tokens no patch scored rank by recency, above every scored one).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/policies/memory_policy.h"
+
+namespace engram {
+
+enum class PatchKind : int64_t { kEpisode = 0, kInfiniPot = 1, kSnapKv = 2 };
+
+struct EpiCacheOptions {
+  int64_t episodes = 4;  // E (read by the caller that clusters)
+  int64_t w_embed = 4;   // utterances per embedding window (read by the caller)
+  PatchKind patch = PatchKind::kEpisode;
+  int64_t window = 64;  // probe rows of the snapkv variant
+  int64_t tail = 32;    // the last tokens always kept (the snapkv variant: at least its window)
+  bool per_head = true;
+  bool centre = true;  // the caller centres the embeddings on the conversation's mean window
+};
+
+class EpiCachePolicy : public MemoryPolicy {
+ public:
+  explicit EpiCachePolicy(EpiCacheOptions options = {}) : options_(options) {}
+  std::string name() const override { return "epicache"; }
+  std::string spec() const override;
+  std::unique_ptr<MemoryPolicy> clone() const override {
+    return std::make_unique<EpiCachePolicy>(*this);
+  }
+  const EpiCacheOptions& options() const { return options_; }
+
+  // The patched prompt's token ids (no BOS): episode and infinipot variants.
+  void set_patch(std::vector<int64_t> tokens) { patch_ = std::move(tokens); }
+  std::vector<int64_t> patch_tokens() const override;
+
+  void begin_request(const WorkingSetInfo& ws) override;
+  std::vector<int64_t> probe_rows(const BlockInfo& block) const override;
+  void on_layer(const LayerView& view) override;
+  std::optional<KeepPlan> shrink(const WorkingSetInfo& ws, int64_t target) override;
+
+  // Eq. 3 scores of one layer's last scoring, [kv_heads, scored slots] f32 CPU.
+  const at::Tensor& layer_scores(int64_t layer) const { return scores_.at(layer); }
+
+  // Patch texts in the conversation world's format (the model's QA format: a question line and
+  // "Answer:"), for the caller to tokenize. `window_text` is the medoid window's utterance lines.
+  static std::string episode_patch_text(const std::string& window_text);
+  static std::string infinipot_patch_text();
+
+ private:
+  at::Tensor scores_for(int64_t layer, int64_t kv_heads, int64_t tokens) const;
+
+  EpiCacheOptions options_;
+  std::vector<int64_t> patch_;
+  std::vector<at::Tensor> scores_;  // per layer [kv_heads, scored slots]
+};
+
+// Eq. 3 from one layer's probabilities: probs [1, Hq, R, T] of R probe rows over T keys, the
+// first `cached` of which are scored. `renormalise`: softmax over the cached keys only.
+// Returns [Hkv, cached] = max over rows and the group's query heads.
+at::Tensor patch_scores(const at::Tensor& probs, int64_t kv_heads, int64_t cached,
+                        bool renormalise);
+
+}  // namespace engram

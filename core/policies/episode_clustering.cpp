@@ -1,0 +1,200 @@
+#include "core/policies/episode_clustering.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+namespace engram {
+namespace {
+
+double squared_distance(const Embedding& a, const Embedding& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = static_cast<double>(a[i]) - b[i];
+    d += x * x;
+  }
+  return d;
+}
+
+// k-means++ seeding (Arthur and Vassilvitskii, 2007): each next centre is drawn with probability
+// proportional to the squared distance to the nearest centre chosen so far.
+std::vector<Embedding> seed_centres(const std::vector<Embedding>& x, size_t k,
+                                    std::mt19937_64& rng) {
+  std::vector<Embedding> centres;
+  centres.push_back(x[std::uniform_int_distribution<size_t>(0, x.size() - 1)(rng)]);
+  std::vector<double> nearest(x.size(), std::numeric_limits<double>::infinity());
+  while (centres.size() < k) {
+    double total = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      nearest[i] = std::min(nearest[i], squared_distance(x[i], centres.back()));
+      total += nearest[i];
+    }
+    if (total <= 0) break;  // every window coincides with a centre: fewer distinct points than k
+    double r = std::uniform_real_distribution<double>(0, total)(rng);
+    size_t pick = x.size() - 1;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (nearest[i] <= 0) continue;
+      if (r < nearest[i]) {
+        pick = i;
+        break;
+      }
+      r -= nearest[i];
+    }
+    centres.push_back(x[pick]);
+  }
+  return centres;
+}
+
+// Lloyd iterations from `centres`; returns the inertia and fills `assignment`.
+double lloyd(const std::vector<Embedding>& x, std::vector<Embedding>& centres,
+             std::vector<int32_t>& assignment, int32_t iterations) {
+  const size_t dim = x.front().size();
+  assignment.assign(x.size(), -1);
+  double inertia = 0;
+  for (int32_t it = 0; it < iterations; ++it) {
+    bool changed = false;
+    inertia = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      int32_t best = 0;
+      double best_d = std::numeric_limits<double>::infinity();
+      for (size_t c = 0; c < centres.size(); ++c) {
+        const double d = squared_distance(x[i], centres[c]);
+        if (d < best_d) {
+          best_d = d;
+          best = static_cast<int32_t>(c);
+        }
+      }
+      changed |= assignment[i] != best;
+      assignment[i] = best;
+      inertia += best_d;
+    }
+    if (!changed && it > 0) break;
+    std::vector<Embedding> sums(centres.size(), Embedding(dim, 0.0f));
+    std::vector<size_t> counts(centres.size(), 0);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ++counts[assignment[i]];
+      for (size_t j = 0; j < dim; ++j)
+        sums[assignment[i]][j] += x[i][j];
+    }
+    for (size_t c = 0; c < centres.size(); ++c) {
+      if (counts[c] == 0) continue;  // an empty cluster keeps its centre (dropped at the end)
+      for (size_t j = 0; j < dim; ++j)
+        centres[c][j] = sums[c][j] / static_cast<float>(counts[c]);
+    }
+  }
+  return inertia;
+}
+
+}  // namespace
+
+std::vector<UtteranceWindow> utterance_windows(size_t first, size_t last, size_t w_embed) {
+  if (w_embed == 0) throw std::invalid_argument("utterance_windows: w_embed must be positive");
+  std::vector<UtteranceWindow> out;
+  for (size_t b = first; b < last; b += w_embed)
+    out.push_back({b, std::min(last, b + w_embed)});
+  return out;
+}
+
+Embedding mean_embedding(const std::vector<Embedding>& embeddings) {
+  if (embeddings.empty()) return {};
+  Embedding m(embeddings.front().size(), 0.0f);
+  for (const Embedding& v : embeddings)
+    for (size_t i = 0; i < m.size(); ++i)
+      m[i] += v[i] / static_cast<float>(embeddings.size());
+  return m;
+}
+
+Embedding centred(const Embedding& v, const Embedding& mean) {
+  Embedding out = v;
+  for (size_t i = 0; i < out.size() && i < mean.size(); ++i)
+    out[i] -= mean[i];
+  normalize(out);
+  return out;
+}
+
+void normalize(Embedding& v) {
+  double n = 0;
+  for (float f : v)
+    n += static_cast<double>(f) * f;
+  n = std::sqrt(n);
+  if (n <= 0) return;
+  for (float& f : v)
+    f = static_cast<float>(f / n);
+}
+
+double cosine(const Embedding& a, const Embedding& b) {
+  double dot = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    dot += static_cast<double>(a[i]) * b[i];
+    na += static_cast<double>(a[i]) * a[i];
+    nb += static_cast<double>(b[i]) * b[i];
+  }
+  return na > 0 && nb > 0 ? dot / std::sqrt(na * nb) : 0.0;
+}
+
+int32_t nearest_episode(const std::vector<Embedding>& centroids, const Embedding& query) {
+  if (centroids.empty()) throw std::invalid_argument("nearest_episode: no episodes");
+  int32_t best = 0;
+  double best_cos = -2;
+  for (size_t e = 0; e < centroids.size(); ++e) {
+    const double c = cosine(centroids[e], query);
+    if (c > best_cos) {
+      best_cos = c;
+      best = static_cast<int32_t>(e);
+    }
+  }
+  return best;
+}
+
+EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
+                                   const ClusteringOptions& options) {
+  if (embeddings.empty()) throw std::invalid_argument("cluster_episodes: no windows");
+  if (options.episodes < 1) throw std::invalid_argument("cluster_episodes: episodes must be >= 1");
+  std::vector<Embedding> x = embeddings;
+  for (Embedding& v : x) {
+    if (v.size() != x.front().size())
+      throw std::invalid_argument("cluster_episodes: embeddings differ in dimension");
+    normalize(v);
+  }
+  const size_t k = std::min(static_cast<size_t>(options.episodes), x.size());
+  std::mt19937_64 rng(options.seed);
+  EpisodeClustering best;
+  best.inertia = std::numeric_limits<double>::infinity();
+  std::vector<Embedding> best_centres;
+  for (int32_t r = 0; r < std::max(1, options.restarts); ++r) {
+    std::vector<Embedding> centres = seed_centres(x, k, rng);
+    std::vector<int32_t> assignment;
+    const double inertia = lloyd(x, centres, assignment, options.iterations);
+    if (inertia < best.inertia) {
+      best.inertia = inertia;
+      best.assignment = std::move(assignment);
+      best_centres = std::move(centres);
+    }
+  }
+  // Drop empty episodes and renumber the rest in order of their first window (chronological).
+  std::vector<int32_t> renumber(best_centres.size(), -1);
+  int32_t next = 0;
+  for (int32_t& a : best.assignment) {
+    if (renumber[a] < 0) {
+      renumber[a] = next++;
+      best.centroids.push_back(best_centres[a]);
+    }
+    a = renumber[a];
+  }
+  best.medoids.assign(best.centroids.size(), 0);
+  std::vector<double> medoid_cos(best.centroids.size(), -2);
+  for (Embedding& c : best.centroids)
+    normalize(c);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int32_t e = best.assignment[i];
+    const double c = cosine(x[i], best.centroids[e]);
+    if (c > medoid_cos[e]) {
+      medoid_cos[e] = c;
+      best.medoids[e] = i;
+    }
+  }
+  return best;
+}
+
+}  // namespace engram
