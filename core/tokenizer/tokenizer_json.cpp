@@ -113,19 +113,20 @@ std::unique_ptr<JsonTokenizer> JsonTokenizer::load(const std::filesystem::path& 
 void JsonTokenizer::read_special_names(const std::filesystem::path& config_file) {
   const nlohmann::json config = read_json_file(config_file, kMaxFileBytes);
   if (!config.is_object()) throw ModelError(config_file.string(), "is not a JSON object");
-  auto lookup = [&](const char* key) {
+  auto lookup = [&](const char* key, bool required) {
     const std::string name = special_name(config, key);
     if (name.empty()) return -1;
     const int32_t id = id_of(name);
-    if (id < 0) {
+    if (id < 0 && required) {
       throw ModelError(config_file.string(),
                        std::string(key) + " '" + name + "' is not a token of tokenizer.json");
     }
     return id;
   };
-  bos_id_ = lookup("bos_token");
-  eos_id_ = lookup("eos_token");
-  pad_id_ = lookup("pad_token");
+  // A wrong BOS/EOS would change every prompt; a pad token Engram never uses need not exist.
+  bos_id_ = lookup("bos_token", true);
+  eos_id_ = lookup("eos_token", true);
+  pad_id_ = lookup("pad_token", false);
 }
 
 std::string JsonTokenizer::piece(int32_t id) const {
