@@ -311,6 +311,25 @@ class TestConversationExport : public QObject {
     expect_refused(not_object.dump(), "/conversations/1", "expected an object, found an integer");
   }
 
+  void deepNestingAndBadUtf8AreRefused() {
+    const std::size_t depth = 200000;
+    expect_refused(R"({"format": "engram-conversations", "version": 1, "conversations": )" +
+                       std::string(depth, '[') + std::string(depth, ']') + "}",
+                   "/conversations/0", "expected an object, found an array");
+    expect_refused(std::string(depth, '['), "", "not valid JSON");
+    expect_refused(R"({"format": "engram-conversations", "version": 1, "conversations": [
+      {"title": "a)" + std::string(1, '\xff') +
+                       R"(", "created_ms": 1, "updated_ms": 1, "messages": []}]})",
+                   "", "ill-formed UTF-8");
+    // Bytes in the store that are not UTF-8 export as U+FFFD instead of failing the export.
+    Database db(fresh_profile());
+    ConversationRepository conversations(db);
+    const std::int64_t id = conversations.create("bytes").id;
+    conversations.append(id, message("user", "ok \xff end", 1, 0, 0));
+    const json document = json::parse(conversations_to_json(read_all_transcripts(db)));
+    QCOMPARE(document["conversations"][0]["messages"][0]["text"], "ok \xEF\xBF\xBD end");
+  }
+
   void hugeTextsRoundTrip() {
     // 24 MiB in one message and 2,000 messages in one conversation.
     const std::string huge(24u << 20, 'x');
