@@ -43,10 +43,14 @@ std::shared_ptr<GenerationState> prefilled(const Decoder& d, int64_t id,
 // two language tasks with suffixes of their own.
 class SyntheticWorld : public FrameWorld {
  public:
-  SyntheticWorld(int64_t frames, int64_t shared) : frames_(frames), shared_(shared) {}
+  // The first `stable` ids of the observation are the same in every frame.
+  SyntheticWorld(int64_t frames, int64_t shared, int64_t stable = 0)
+      : frames_(frames), shared_(shared), stable_(stable) {}
   std::optional<Frame> observe(int64_t index) override {
     if (index >= frames_) return std::nullopt;
-    std::vector<int64_t> obs = test::token_ids(shared_, 10 + index);
+    std::vector<int64_t> obs = test::token_ids(stable_, 99);
+    for (int64_t t : test::token_ids(shared_ - stable_, 10 + index))
+      obs.push_back(t);
     auto with = [&](int64_t salt, int64_t n) {
       std::vector<int64_t> ids = obs;
       for (int64_t t : test::token_ids(n, salt))
@@ -71,6 +75,7 @@ class SyntheticWorld : public FrameWorld {
  private:
   int64_t frames_;
   int64_t shared_;
+  int64_t stable_;
 };
 
 // Time advances only by a cost model: deadlines are deterministic.
@@ -216,6 +221,29 @@ class OxygenTest : public QObject {
     QCOMPARE(uni.language_tokens, iso.language_tokens);
     for (const LanguageRecord& l : uni.language)
       QVERIFY(l.frame_done >= l.frame_started);
+  }
+
+  // With observations that start alike, each frame computes only the part of its prefix that
+  // differs from the last frame's (the rest of the KV is kept), and the tokens stay those of
+  // isolated execution.
+  void prefixReusedAcrossFrames() {
+    const Decoder& d = decoder();
+    const int64_t frames = 4, shared = 40, stable = 30;
+    SyntheticWorld isolated_world(frames, shared, stable), unified_world(frames, shared, stable);
+    CostClock c1, c2;
+    FrameLoopOptions o;
+    o.mode = ExecutionMode::kIsolated;
+    run_frame_loop(d, isolated_world, c1, o);
+    o.mode = ExecutionMode::kUnified;
+    const FrameLoopReport uni = run_frame_loop(d, unified_world, c2, o);
+    for (const FrameRecord& f : uni.frames) {
+      QCOMPARE(f.shared_tokens, shared);
+      QCOMPARE(f.reused_tokens, f.index == 0 ? 0 : stable);
+      const int64_t suffixes = 3 + 5 + (f.index % 2 == 0 ? 7 : 0);
+      QCOMPARE(f.prefill_tokens, shared - f.reused_tokens + suffixes);
+    }
+    QCOMPARE(unified_world.actions, isolated_world.actions);
+    QCOMPARE(unified_world.language, isolated_world.language);
   }
 
   // At 20 Hz (50 ms frames; prefill + action cost ~27 ms on the cost clock) no action misses its

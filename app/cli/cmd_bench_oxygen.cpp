@@ -85,6 +85,7 @@ nlohmann::json report_json(const FrameLoopReport& r, const HouseholdFrames& worl
                       {"missed", f.missed},
                       {"prefill_tokens", f.prefill_tokens},
                       {"shared_tokens", f.shared_tokens},
+                      {"reused_tokens", f.reused_tokens},
                       {"action_tokens", f.action_tokens},
                       {"language_steps", f.language_steps},
                       {"language_tokens", f.language_tokens},
@@ -113,7 +114,7 @@ int run_bench_oxygen(int argc, char** argv) {
   with_value.insert({"tokenizer", "frames", "action-hz", "deadline-ms", "mode", "language-steps",
                      "narrate-every", "note-every", "chat-every", "world-seed", "warmup", "json",
                      "trace", "action-tokens", "narration-tokens", "note-tokens", "chat-tokens"});
-  const Args args(argc, argv, 2, with_value, {});
+  const Args args(argc, argv, 2, with_value, {"no-prefix-reuse"});
   if (args.positional() != std::vector<std::string>{"oxygen"})
     throw UsageError("bench oxygen takes no other positional arguments");
   const bool use_shape = args.has("shape");
@@ -130,6 +131,7 @@ int run_bench_oxygen(int argc, char** argv) {
   options.action_hz = args.real("action-hz", 0);
   options.action_deadline_ms = args.real("deadline-ms", 0);
   options.language_steps = args.integer("language-steps", 5);
+  options.reuse_prefix = !args.has("no-prefix-reuse");
   if (options.action_hz < 0 || options.language_steps < 1)
     throw UsageError("--action-hz must be >= 0 and --language-steps >= 1");
   HouseholdFrameOptions world_options;
@@ -192,6 +194,7 @@ int run_bench_oxygen(int argc, char** argv) {
   out["torch"] = info.torch_version;
   out["dtype"] = c10::toString(model.decoder->dtype());
   out["frames"] = frames;
+  out["prefix_reuse_across_frames"] = options.reuse_prefix;
   out["action_hz_target"] = options.action_hz;
   out["language_steps_per_frame"] = options.action_hz > 0 ? nlohmann::json("until the next tick")
                                                           : nlohmann::json(options.language_steps);

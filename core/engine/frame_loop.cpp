@@ -113,18 +113,39 @@ class FrameRun {
     const std::vector<int64_t> prefix(frame.action.ids.begin(), frame.action.ids.begin() + shared);
     const auto action_suffix = static_cast<int64_t>(frame.action.ids.size()) - shared;
 
-    auto open = trace_begin("prefill");
-    auto kv = empty_cache(decoder_, shared + action_suffix + frame.action.limits.max_new_tokens);
-    if (shared > 0) {
-      GenerationState prefill_only(0, "prefix", {});
-      prefill_only.prefill(decoder_, std::move(kv), prefix, *timeline_, nullptr);
-      kv = prefill_only.take_kv(StateLocation::kReleased);
-      count_forward(shared);
-      clock_.charge(FrameWork::kPrefill, 1, shared);
+    // Across frames: the observation usually starts as the last one did (examples, rooms, ...):
+    // the last frame's prefix KV is kept, cut back to what still matches, and only the rest is
+    // computed. KV of a token depends only on the tokens before it, so this is exact.
+    int64_t reused = 0;
+    std::unique_ptr<KvCache> kv;
+    const int64_t room = action_suffix + frame.action.limits.max_new_tokens;
+    if (options_.reuse_prefix && last_prefix_kv_) {
+      const auto n = static_cast<int64_t>(std::min(last_prefix_ids_.size(), prefix.size()));
+      while (reused < n && last_prefix_ids_[reused] == prefix[reused])
+        ++reused;
     }
-    trace_end(open, shared);
+    if (reused > 0) {
+      kv = std::move(last_prefix_kv_);
+      kv->truncate(0, reused);
+      kv->ensure_room(shared - reused + room);
+    } else {
+      kv = empty_cache(decoder_, shared + room);
+    }
+    last_prefix_kv_.reset();
+    auto open = trace_begin("prefill");
+    if (shared > reused) {
+      GenerationState prefill_only(0, "prefix", {});
+      prefill_only.prefill(decoder_, std::move(kv),
+                           std::vector<int64_t>(prefix.begin() + reused, prefix.end()), *timeline_,
+                           nullptr);
+      kv = prefill_only.take_kv(StateLocation::kReleased);
+      count_forward(shared - reused);
+      clock_.charge(FrameWork::kPrefill, 1, shared - reused);
+    }
+    trace_end(open, shared - reused);
     rec.shared_tokens = shared;
-    rec.prefill_tokens += shared;
+    rec.reused_tokens = reused;
+    rec.prefill_tokens += shared - reused;
 
     // The action continues on the shared cache itself; the prefix is cut back afterwards.
     GenerationState action(next_id_++, frame.action.task, frame.action.limits);
@@ -148,6 +169,10 @@ class FrameRun {
       trace_end(o, n);
       rec.prefill_tokens += n;
       start_language(index, state);
+    }
+    if (options_.reuse_prefix) {
+      last_prefix_kv_ = std::move(shared_kv);
+      last_prefix_ids_ = prefix;
     }
     shared_kv.reset();
     language_phase(index, &rec, /*unbounded=*/false);
@@ -330,6 +355,8 @@ class FrameRun {
   double t0_ = 0;
   double frame_end_ = 0;
   int64_t next_id_ = 1;
+  std::unique_ptr<KvCache> last_prefix_kv_;  // the last frame's shared prefix (reuse_prefix)
+  std::vector<int64_t> last_prefix_ids_;
   std::vector<std::shared_ptr<GenerationState>> active_;
   BatchedStates batch_;
   StepTimes step_times_;

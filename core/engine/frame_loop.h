@@ -4,7 +4,8 @@
 // soft deadlines and may take many frames.
 //
 // Unified execution (cross-task KV sharing + cross-frame continuous batching):
-//   1. the tasks' prompts share the observation: their longest common prefix is prefilled once;
+//   1. the tasks' prompts share the observation: their longest common prefix is prefilled once
+//      (and, with reuse_prefix, only from where it differs from the last frame's prefix);
 //   2. the action continues on that cache in place (its own suffix, then greedy decode);
 //   3. every new language request starts from a copy of the shared prefix (its suffix prefilled
 //      alone), joins the batch of requests still running from earlier frames;
@@ -85,6 +86,9 @@ struct FrameLoopOptions {
   int64_t language_steps = 5;     // batched steps per frame when action_hz == 0 (the paper's k)
   double step_margin = 1.2;       // a step is started when margin x its estimate fits
   bool drain = true;              // finish the language requests after the last frame
+  // Unified: keep the last frame's prefix KV and compute only where the new observation differs
+  // (an Engram addition; the paper's two optimizations alone: false).
+  bool reuse_prefix = true;
   EngineObserver* observer = nullptr;  // per-frame intervals (layer -1, phase "frame")
 };
 
@@ -96,7 +100,8 @@ struct FrameRecord {
   double end_ms = 0;
   bool missed = false;         // the action finished after tick + deadline
   int64_t prefill_tokens = 0;  // prompt tokens computed in this frame (all tasks)
-  int64_t shared_tokens = 0;   // the common prefix computed once (unified)
+  int64_t shared_tokens = 0;   // the tasks' common prefix, computed once (unified)
+  int64_t reused_tokens = 0;   // of which kept from the last frame's prefix (reuse_prefix)
   int64_t action_tokens = 0;
   int64_t language_steps = 0;   // batched steps (unified) or decode steps (isolated)
   int64_t language_tokens = 0;  // language tokens chosen in this frame
