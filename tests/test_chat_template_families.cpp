@@ -6,6 +6,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -114,6 +115,35 @@ class TestChatTemplateFamilies : public QObject {
     QCOMPARE(ChatTemplate::detect(path, *llama3), ChatTemplateKind::kLlama31);
     const auto gpt2 = Tokenizer::load(kFixtures / "gpt2" / "tokenizer.json");
     QCOMPARE(ChatTemplate::detect(path, *gpt2), ChatTemplateKind::kPlain);
+  }
+
+  // The engine reuses the KV of a turn's prompt in the next turn: for these kinds the prompt's
+  // ids are a prefix of the next turn's. Qwen3 (the empty think block after the generation
+  // prompt is dropped once another user turn follows) and Mistral with a system prompt (it moves
+  // to the last user turn) do not keep it, by their templates' design; the engine then
+  // recomputes from where they differ.
+  void promptIsAPrefixOfTheNextTurnsPrompt() {
+    const std::vector<ChatMessage> asked = {{"system", "Be brief."}, {"user", "Hi there!"}};
+    std::vector<ChatMessage> next_turn = asked;
+    next_turn.push_back({"assistant", "Hello."});
+    next_turn.push_back({"user", "Thanks."});
+    const struct {
+      const char* kind;
+      const char* tokenizer;
+      bool keeps_prefix;
+    } cases[] = {{"llama3", "llama3", true},    {"llama3.1", "llama3", true},
+                 {"qwen2.5", "qwen2", true},    {"chatml", "qwen2", true},
+                 {"llama2", "llama2_sp", true}, {"qwen3", "qwen2", false},
+                 {"mistral", "tekken", false}};
+    for (const auto& c : cases) {
+      const auto tokenizer = Tokenizer::load(kFixtures / c.tokenizer / "tokenizer.json");
+      const ChatTemplate tmpl(parse_chat_template_kind(c.kind));
+      const auto prompt = tmpl.encode(*tokenizer, asked, true);
+      const auto next = tmpl.encode(*tokenizer, next_turn, true);
+      const bool prefix =
+          next.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), next.begin());
+      QVERIFY2(prefix == c.keeps_prefix, c.kind);
+    }
   }
 
   void kindNamesRoundTrip() {

@@ -42,7 +42,8 @@ class Tokenizer {
   int32_t piece_to_id(std::string_view piece) const;
 
   int32_t vocab_size() const;
-  // -1 when the model defines no such token (e.g. pad in the Llama-2 tokenizer).
+  // -1 when the model defines no such token (e.g. pad in the Llama-2 tokenizer). tokenizer.json
+  // names none itself: these are what tokenizer_config.json beside it says (-1 without one).
   int32_t bos_id() const;
   int32_t eos_id() const;
   int32_t unk_id() const;
