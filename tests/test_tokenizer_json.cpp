@@ -180,7 +180,8 @@ class TestTokenizerJson : public QObject {
   // token ends inside a character.
   void streamingMatchesDecode() {
     const std::string text =
-        "Größe 我们今天 👨‍👩‍👧‍👦 ok\n\tdef f(x): return 1  ا😀 한국어 ꙮ "
+        "Größe 我们今天 👨‍👩‍👧‍👦 ok\n\tdef f(x): return 1  ا😀 한국어 "
+        "ꙮ "
         "𝔘 "
         "<think>x</think>";
     for (const char* family : kFamilies) {
@@ -211,6 +212,29 @@ class TestTokenizerJson : public QObject {
                  message.contains(QStringLiteral("tokenizer.json")) && message.contains(dir.path()),
              qPrintable(message));
     QVERIFY(Tokenizer::find_in(dir.path().toStdString()).empty());
+  }
+
+  // BOS/EOS named in tokenizer_config.json must be tokens; a pad token need not be.
+  void tokenizerConfigNamesTokensOfTheFile() {
+    QTemporaryDir dir;
+    const std::filesystem::path folder = dir.path().toStdString();
+    std::filesystem::copy_file(kFixtures / "llama3" / "tokenizer.json", folder / "tokenizer.json");
+    writeFile(folder / "tokenizer_config.json",
+              R"({"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|eot_id|>"},
+                  "pad_token": "<pad>"})");
+    const auto tokenizer = Tokenizer::load(folder);
+    QCOMPARE(tokenizer->id_to_piece(tokenizer->eos_id()), std::string("<|eot_id|>"));
+    QCOMPARE(tokenizer->pad_id(), -1);
+    writeFile(folder / "tokenizer_config.json", R"({"eos_token": "<|im_end|>"})");
+    bool threw = false;
+    QString message = loadError(folder, &threw);
+    QVERIFY2(threw && message.contains(QStringLiteral("tokenizer_config.json")) &&
+                 message.contains(QStringLiteral("<|im_end|>")),
+             qPrintable(message));
+    writeFile(folder / "tokenizer_config.json", "{ truncated");
+    message = loadError(folder, &threw);
+    QVERIFY2(threw && message.contains(QStringLiteral("tokenizer_config.json")),
+             qPrintable(message));
   }
 
   void hostileFilesGiveModelErrorNamingTheProblem_data() {
@@ -246,6 +270,8 @@ class TestTokenizerJson : public QObject {
                                       << "outside";
     QTest::newRow("huge file") << "huge"
                                << "more than";
+    QTest::newRow("deeply nested") << "nested"
+                                   << "top level is not an object";
   }
   void hostileFilesGiveModelErrorNamingTheProblem() {
     QFETCH(QString, edit);
@@ -259,6 +285,8 @@ class TestTokenizerJson : public QObject {
     const std::string e = edit.toStdString();
     if (e == "truncate") {
       writeFile(file, original.substr(0, original.size() / 2));
+    } else if (e == "nested") {
+      writeFile(file, std::string(200000, '[') + std::string(200000, ']'));
     } else if (e == "huge") {
       writeFile(file, original);
       std::filesystem::resize_file(file, std::uintmax_t{300} << 20);  // sparse: costs no disk
