@@ -17,6 +17,7 @@ PACKAGES=(
   qt6-svg-dev                      # SVG export of the layer timeline (QSvgGenerator)
   xvfb xauth                       # screenshots of the real window in tests/ui scripts
   python3                          # the training tools' data steps (tests/tools)
+  lintian appstream desktop-file-utils   # the packaging tests (tests/packaging.cmake)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

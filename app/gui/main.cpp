@@ -9,7 +9,9 @@ int main(int argc, char** argv) {
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("Engram"));
   QApplication::setOrganizationName(QStringLiteral("Engram"));
-  QApplication::setApplicationVersion(QStringLiteral("0.1.0"));
+  QApplication::setApplicationVersion(QStringLiteral(ENGRAM_VERSION));
+  // Matches the installed io.engram.Engram.desktop, so that desktops show its name and icon.
+  QGuiApplication::setDesktopFileName(QStringLiteral("io.engram.Engram"));
 
   QCommandLineParser parser;
   parser.setApplicationDescription(

@@ -12,8 +12,9 @@ namespace {
 
 using LoadFn = SentencePieceBackend* (*)(const char*, std::string*);
 
-// Where the backend library may be: an explicit override, beside the running program (build
-// tree and tarball), ../lib/engram (installed), then the build tree this was compiled in.
+// Where the backend library may be: an explicit override, beside the running program, the
+// private library folder relative to it (../lib/<multiarch>/engram: the .deb and the tarball),
+// the build tree this was compiled in, then the configured install prefix.
 std::vector<std::filesystem::path> candidates() {
   std::vector<std::filesystem::path> out;
   if (const char* env = std::getenv("ENGRAM_SENTENCEPIECE_LIBRARY")) out.emplace_back(env);
@@ -22,7 +23,10 @@ std::vector<std::filesystem::path> candidates() {
   if (!ec) {
     const auto dir = exe.parent_path();
     out.push_back(dir / "libengram_sentencepiece.so");
-    out.push_back(dir.parent_path() / "lib" / "engram" / "libengram_sentencepiece.so");
+#ifdef ENGRAM_SENTENCEPIECE_INSTALL_RELDIR
+    out.push_back(dir.parent_path() / ENGRAM_SENTENCEPIECE_INSTALL_RELDIR /
+                  "libengram_sentencepiece.so");
+#endif
   }
 #ifdef ENGRAM_SENTENCEPIECE_BUILD_PATH
   out.emplace_back(ENGRAM_SENTENCEPIECE_BUILD_PATH);
