@@ -12,6 +12,7 @@
 #include "core/policies/epicache_policy.h"
 #include "core/policies/episode_clustering.h"
 #include "core/policies/full_policy.h"
+#include "core/policies/lexical_embedding.h"
 #include "core/policies/policy_registry.h"
 #include "gpu/device_timeline.h"
 #include "support/fixture_models.h"
@@ -148,10 +149,29 @@ class EpiCacheTest : public QObject {
     QCOMPARE(nearest_episode({{1, 0}, {0.6f, 0.8f}}, {0.5f, 0.9f}), 1);
   }
 
+  // The model-free embedding: stems by 4-letter prefix without the speaker words, and a query
+  // routes to the window that shares its rare words.
+  void lexicalEmbeddingMatchesSharedWords() {
+    QCOMPARE(LexicalEmbedder::stems("User said, \"I moved to Denver!\""),
+             (std::vector<std::string>{"move", "denv"}));
+    const std::vector<std::string> windows = {
+        "User said, \"I moved to Denver last week.\"\nAssistant said, \"Nice city.\"\n",
+        "User said, \"My sister Ana adopted a cat.\"\nAssistant said, \"Lovely!\"\n",
+        "User said, \"I ran a half marathon.\"\nAssistant said, \"Well done.\"\n"};
+    const LexicalEmbedder embedder(windows);
+    std::vector<Embedding> e;
+    for (const std::string& w : windows)
+      e.push_back(embedder.embed(w));
+    QCOMPARE(nearest_episode(e, embedder.embed("What pet did the sister adopt?")), 1);
+    QCOMPARE(nearest_episode(e, embedder.embed("Where did the user move?")), 0);
+    QCOMPARE(nearest_episode(e, embedder.embed("How long was the marathon?")), 2);
+  }
+
   void registryParsesTheOptions() {
     QCOMPARE(make_policy("epicache")->spec(), std::string("epicache"));
     QCOMPARE(make_policy("epicache:episodes=2,patch=1")->spec(),
              std::string("epicache:episodes=2,patch=1"));
+    QCOMPARE(make_policy("epicache:embed=1")->spec(), std::string("epicache:embed=1"));
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:patch=3"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:episode=3"), std::invalid_argument);
   }

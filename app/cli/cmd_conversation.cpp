@@ -16,6 +16,7 @@
 #include "core/env/conversation_jsonl.h"
 #include "core/env/conversation_qa_metrics.h"
 #include "core/policies/epicache_policy.h"
+#include "core/policies/lexical_embedding.h"
 #include "core/policies/text_embedding.h"
 #include "core/tokenizer/token_stream.h"
 
@@ -218,15 +219,20 @@ int run_eval_conversation(int argc, char** argv) {
     std::vector<HistoryCache> caches;
     std::vector<UtteranceWindow> windows;
     EpisodeClustering clustering;
-    Embedding centre;  // empty: embeddings are not centred
+    Embedding centre;                          // empty: embeddings are not centred
+    std::unique_ptr<LexicalEmbedder> lexical;  // epicache:embed=1
     int64_t most_patch = 0;
     if (episodic) {
       const auto t0 = std::chrono::steady_clock::now();
       windows =
           utterance_windows(begin, u.size(), static_cast<size_t>(epicache->options().w_embed));
       std::vector<Embedding> embeddings;
+      std::vector<std::string> texts;
       for (const UtteranceWindow& w : windows)
-        embeddings.push_back(embed_text(decoder, tokenizer, window_text(u, w)));
+        texts.push_back(window_text(u, w));
+      if (epicache->options().lexical) lexical = std::make_unique<LexicalEmbedder>(texts);
+      for (const std::string& text : texts)
+        embeddings.push_back(lexical ? lexical->embed(text) : embed_text(decoder, tokenizer, text));
       if (epicache->options().centre) {
         centre = mean_embedding(embeddings);
         for (Embedding& e : embeddings)
@@ -274,8 +280,8 @@ int run_eval_conversation(int argc, char** argv) {
       nlohmann::json routing;
       if (episodic) {
         // The question as a user's line, in the windows' own form.
-        Embedding query = embed_text(
-            decoder, tokenizer, env::utterance_line({env::kUserSpeaker, q.question, 0, ""}));
+        const std::string line = env::utterance_line({env::kUserSpeaker, q.question, 0, ""});
+        Embedding query = lexical ? lexical->embed(line) : embed_text(decoder, tokenizer, line);
         if (!centre.empty()) query = centred(query, centre);
         routed = nearest_episode(clustering.centroids, query);
         bool all_in = !q.evidence.empty(), any_in = false;

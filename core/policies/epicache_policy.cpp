@@ -25,6 +25,7 @@ std::string EpiCachePolicy::spec() const {
   add("window", options_.window, d.window);
   add("tail", options_.tail, d.tail);
   add("per_head", options_.per_head, d.per_head);
+  add("embed", options_.lexical, d.lexical);
   add("centre", options_.centre, d.centre);
   return out.empty() ? name() : name() + ":" + out;
 }

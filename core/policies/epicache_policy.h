@@ -39,7 +39,8 @@ struct EpiCacheOptions {
   int64_t window = 64;  // probe rows of the snapkv variant
   int64_t tail = 32;    // the last tokens always kept (the snapkv variant: at least its window)
   bool per_head = true;
-  bool centre = true;  // the caller centres the embeddings on the conversation's mean window
+  bool lexical = false;  // embed=1: the caller embeds with LexicalEmbedder, not the model
+  bool centre = true;    // the caller centres the embeddings on the conversation's mean window
 };
 
 class EpiCachePolicy : public MemoryPolicy {

@@ -90,6 +90,7 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     o.tail = take(options, "tail", o.tail);
     o.per_head = take(options, "per_head", 1) != 0;
     o.centre = take(options, "centre", 1) != 0;
+    o.lexical = take(options, "embed", 0) != 0;
     policy = std::make_unique<EpiCachePolicy>(o);
   } else {
     std::string names;
