@@ -10,6 +10,7 @@
 #include "core/engine/generator.h"
 #include "core/runtime/decoder.h"
 #include "core/trace/trace_recorder.h"
+#include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
 
 namespace engram {
@@ -187,7 +188,9 @@ class FrameRun {
       if (!unbounded) {
         if (period_ms_ > 0) {
           const std::optional<double> est = step_times_.estimate(batch_.active_rows());
-          if (!est || clock_.now_ms() + options_.step_margin * *est > frame_end_) break;
+          // Nothing measured yet: one step if the frame has any time left.
+          const double now = clock_.now_ms();
+          if (est ? now + options_.step_margin * *est > frame_end_ : now >= frame_end_) break;
         } else if (steps >= options_.language_steps) {
           break;
         }
@@ -214,6 +217,8 @@ class FrameRun {
       }
     }
     if (rec) rec->language_steps += steps;
+    // The last step's forward is still queued on an accelerator: finish it inside this frame.
+    if (steps > 0) gpu::synchronize(decoder_.device());
   }
 
   // --- isolated: every task alone, whole prompt, to the end -------------------------------
