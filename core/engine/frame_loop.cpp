@@ -338,7 +338,7 @@ class FrameRun {
     timeline_ = std::make_unique<gpu::DeviceTimeline>(decoder_.device());
     if (!options_.observer) return;
     trace_ = std::make_unique<TraceRecorder>(*timeline_, options_.observer, next_request_id());
-    trace_->set_phase("frame", index);
+    trace_->set_phase(options_.mode == ExecutionMode::kUnified ? "frame" : "isolated_frame", index);
   }
   void end_trace() {
     if (trace_) trace_->flush();

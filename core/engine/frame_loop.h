@@ -89,7 +89,8 @@ struct FrameLoopOptions {
   // Unified: keep the last frame's prefix KV and compute only where the new observation differs
   // (an Engram addition; the paper's two optimizations alone: false).
   bool reuse_prefix = true;
-  EngineObserver* observer = nullptr;  // per-frame intervals (layer -1, phase "frame")
+  // Per-frame intervals: layer -1, phase "frame" ("isolated_frame"), step = frame index.
+  EngineObserver* observer = nullptr;
 };
 
 struct FrameRecord {
