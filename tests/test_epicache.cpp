@@ -173,6 +173,17 @@ class EpiCacheTest : public QObject {
              std::string("epicache:episodes=2,patch=1"));
     QCOMPARE(make_policy("epicache:embed=1")->spec(), std::string("epicache:embed=1"));
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:patch=3"), std::invalid_argument);
+    // Without a patch (chat, generate: no episodes yet) it probes the block's last 64 rows.
+    EpiCachePolicy bare;
+    BlockInfo block;
+    block.fresh_tokens = 100;
+    block.will_evict = true;
+    QVERIFY(bare.patch_tokens().empty());
+    QCOMPARE(bare.probe_rows(block).size(), size_t{64});
+    QCOMPARE(bare.probe_rows(block).front(), int64_t{36});
+    bare.set_patch({5, 6});
+    QCOMPARE(bare.patch_tokens(), (std::vector<int64_t>{5, 6}));
+    QVERIFY(bare.probe_rows(block).empty());
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:episode=3"), std::invalid_argument);
   }
 
@@ -264,6 +275,7 @@ class EpiCacheTest : public QObject {
     d.forward(fill, source, timeline, nullptr);
 
     EpiCachePolicy policy;
+    policy.set_patch(test::token_ids(patch, 9));
     std::vector<at::Tensor> q(c.num_layers), k(c.num_layers);
     ForwardRequest req;
     req.tokens = {test::token_ids(patch, 9)};
@@ -319,6 +331,7 @@ class EpiCacheTest : public QObject {
     EpiCacheOptions o;
     o.tail = 2;
     EpiCachePolicy policy(o);
+    policy.set_patch({7});
     // probs [1, Hq=4, R=1, T=8] with 2 KV heads: the last column is the patch's own.
     at::Tensor probs = at::zeros({1, 4, 1, 8});
     const float head0[] = {0.1f, 0.5f, 0.0f, 0.3f, 0.05f, 0.0f, 0.0f, 0.05f};

@@ -41,8 +41,7 @@ std::string EpiCachePolicy::infinipot_patch_text() {
 }
 
 std::vector<int64_t> EpiCachePolicy::patch_tokens() const {
-  if (options_.patch == PatchKind::kSnapKv) return {};
-  return patch_;
+  return uses_window() ? std::vector<int64_t>{} : patch_;
 }
 
 void EpiCachePolicy::begin_request(const WorkingSetInfo& ws) {
@@ -53,9 +52,7 @@ void EpiCachePolicy::begin_request(const WorkingSetInfo& ws) {
 }
 
 std::vector<int64_t> EpiCachePolicy::probe_rows(const BlockInfo& block) const {
-  if (options_.patch != PatchKind::kSnapKv || !block.will_evict ||
-      block.phase != ForwardPhase::kPrefill)
-    return {};
+  if (!uses_window() || !block.will_evict || block.phase != ForwardPhase::kPrefill) return {};
   const int64_t w = std::min(options_.window, block.fresh_tokens);
   std::vector<int64_t> rows;
   for (int64_t r = block.fresh_tokens - w; r < block.fresh_tokens; ++r)
@@ -69,7 +66,7 @@ void EpiCachePolicy::on_layer(const LayerView& view) {
   const int64_t kv_heads = view.k.size(1);
   // The episode and infinipot patches score the cached tokens (all but the patch's own columns);
   // the snapkv window scores every key, itself included, as SnapKV does.
-  const bool patched = options_.patch != PatchKind::kSnapKv;
+  const bool patched = !uses_window();
   const at::Tensor s = patch_scores(view.probs, kv_heads, patched ? t - r : t, patched);
   if (static_cast<int64_t>(scores_.size()) <= view.layer) scores_.resize(view.layer + 1);
   scores_[view.layer] = s.to(at::kCPU).contiguous();
@@ -91,9 +88,7 @@ at::Tensor EpiCachePolicy::scores_for(int64_t layer, int64_t kv_heads, int64_t t
 std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t target) {
   target = std::max<int64_t>(0, std::min(target, ws.tokens));
   const int64_t tail =
-      std::min(options_.patch == PatchKind::kSnapKv ? std::max(options_.tail, options_.window)
-                                                    : options_.tail,
-               target);
+      std::min(uses_window() ? std::max(options_.tail, options_.window) : options_.tail, target);
   const int64_t choose = target - tail;
   const int64_t older = ws.tokens - tail;
   KeepPlan plan;

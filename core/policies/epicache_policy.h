@@ -11,7 +11,8 @@
 // Patch variants under the same runtime and the same Eq. 3 (paper App. A.2), option `patch`:
 //   0 episode: a fixed instruction + the episode's medoid window (set_patch());
 //   1 infinipot: a generic "summarize the most important parts" instruction (set_patch());
-//   2 snapkv: no extra forward; the block's last `window` tokens are the probe rows.
+//   2 snapkv: no extra forward; the block's last `window` tokens are the probe rows (also what
+//     any variant does when no patch was set: `chat` and `generate` build no episodes yet).
 //
 // Engram's deviations: kept tokens are compacted to positions 0..n-1 like every Engram plan (the
 // paper decodes at the original total length); every head keeps the same number of tokens
@@ -71,6 +72,9 @@ class EpiCachePolicy : public MemoryPolicy {
   static std::string infinipot_patch_text();
 
  private:
+  // The snapkv variant, and any policy whose caller set no patch (chat and generate have no
+  // episodes yet): the block's last `window` tokens are the probe rows.
+  bool uses_window() const { return options_.patch == PatchKind::kSnapKv || patch_.empty(); }
   at::Tensor scores_for(int64_t layer, int64_t kv_heads, int64_t tokens) const;
 
   EpiCacheOptions options_;
