@@ -9,6 +9,8 @@ PACKAGES=(
   libopenblas0-openmp              # BLAS for libtorch: the default libblas3 is the reference
                                    # BLAS, 10x slower (measured on engram-tiny prefill)
   libsentencepiece-dev             # tokenizer
+  libpcre2-dev                     # tokenizer.json pre-tokenizer regexes (\p{L}, lookahead)
+  libicu-dev                       # tokenizer.json NFC normalizer (Qwen2 family)
   libsqlite3-dev                   # persistent memory store
   libxxhash-dev                    # XXH64 checksums of KV blob files (the reference library)
   libspdlog-dev                    # logging (behind core/log.h)
