@@ -125,11 +125,11 @@ int run_bench_restore(int argc, char** argv) {
   }
   if (use_shape && !args.has("tokenizer")) {
     throw UsageError(
-        "bench restore --shape needs --tokenizer FILE (a SentencePiece "
-        "tokenizer.model, e.g. tests/data/models/llama-gqa/tokenizer.model)");
+        "bench restore --shape needs --tokenizer FILE (a SentencePiece tokenizer.model or a "
+        "Hugging Face tokenizer.json, e.g. tests/data/models/llama-gqa/tokenizer.model)");
   }
   if (!use_shape && args.has("tokenizer"))
-    throw UsageError("--tokenizer is for --shape; a model folder uses its own tokenizer.model");
+    throw UsageError("--tokenizer is for --shape; a model folder uses its own tokenizer");
   const int64_t history_tokens = args.integer("history-tokens", 20000);
   const int64_t turn_tokens = args.integer("turn-tokens", 200);
   const int64_t repeat = std::max<int64_t>(1, args.integer("repeat", 3));
@@ -185,7 +185,8 @@ int run_bench_restore(int argc, char** argv) {
   if (args.has("log-level")) log::set_level(log::parse_level(args.str("log-level", "warn")));
   const DeviceChoice device = choose_device(args.str("device", "auto"), args.str("dtype", "auto"));
   LoadedModel model = load_model(source, device, {});
-  if (!model.tokenizer) throw UsageError("bench restore needs a model folder with tokenizer.model");
+  if (!model.tokenizer)
+    throw UsageError("bench restore needs a model folder with tokenizer.model or tokenizer.json");
   std::fprintf(stderr, "loaded %s (%s, %s) in %.1f s\n", model.name.c_str(),
                model.decoder->device().str().c_str(), c10::toString(model.decoder->dtype()),
                model.load_seconds);

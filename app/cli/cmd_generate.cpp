@@ -91,7 +91,8 @@ int run_generate(int argc, char** argv) {
     return 0;
   }
   if (!model.tokenizer) {
-    throw ModelError(args.str("model", ""), "generate needs tokenizer.model in the model folder");
+    throw ModelError(args.str("model", ""),
+                     "generate needs tokenizer.model or tokenizer.json in the model folder");
   }
   if (model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
   for (int32_t id : model.tokenizer->encode(args.str("prompt", "")))

@@ -54,7 +54,8 @@ LoadedModel load_model_from_args(const Args& args, bool allow_shape) {
 LoadedModel load_text_model_from_args(const Args& args, const std::string& command) {
   LoadedModel m = load_model_from_args(args, /*allow_shape=*/false);
   if (!m.tokenizer)
-    throw ModelError(args.str("model", ""), command + " needs tokenizer.model in the model folder");
+    throw ModelError(args.str("model", ""),
+                     command + " needs tokenizer.model or tokenizer.json in the model folder");
   return m;
 }
 

@@ -28,7 +28,7 @@ std::unique_ptr<KvWorkingSet> working_set_for(const MemoryPolicy& policy, const 
                                               int64_t block);
 
 // A --model folder for a command that works on text (encodes prompts): its tokenizer.model is
-// required, the error names `command`.
+// (or tokenizer.json) is required, the error names `command`.
 LoadedModel load_text_model_from_args(const Args& args, const std::string& command);
 
 }  // namespace engram::cli

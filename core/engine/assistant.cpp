@@ -335,7 +335,8 @@ ModelInfo Assistant::load(const ModelLoadRequest& request,
     if (progress) progress({p.bytes_done, p.bytes_total, p.seconds, p.tensor});
   }));
   if (!model->tokenizer || !model->chat_template) {
-    throw ModelError(source.dir.string(), "chat needs a tokenizer.model in the model folder");
+    throw ModelError(source.dir.string(),
+                     "chat needs tokenizer.model or tokenizer.json in the model folder");
   }
   ModelInfo info;
   info.name = model->name;

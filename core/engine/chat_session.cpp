@@ -13,7 +13,8 @@ namespace engram {
 ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyChoice choice)
     : model_(model), choice_(std::move(choice)) {
   if (!model.tokenizer || !model.chat_template) {
-    throw ModelError(model.name, "chat needs a tokenizer.model in the model folder");
+    throw ModelError(model.name,
+                     "chat needs tokenizer.model or tokenizer.json in the model folder");
   }
   if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
   const ModelConfig& c = model.config;

@@ -9,7 +9,8 @@ namespace engram {
 
 LineCompletion complete_line(const LoadedModel& model, const std::string& prompt,
                              int64_t max_new_tokens, MemoryPolicy* policy) {
-  if (!model.tokenizer) throw ModelError(model.name, "a line completion needs tokenizer.model");
+  if (!model.tokenizer)
+    throw ModelError(model.name, "a line completion needs tokenizer.model or tokenizer.json");
   std::vector<int64_t> ids;
   if (model.tokenizer->bos_id() >= 0) ids.push_back(model.tokenizer->bos_id());
   for (int32_t id : model.tokenizer->encode(prompt))

@@ -131,7 +131,7 @@ LoadedModel load_model(const ModelSource& source, const DeviceChoice& device,
     if (!source.tokenizer.empty()) {
       throw ModelError(source.tokenizer.string(),
                        "a separate tokenizer is for named shapes; the model folder " +
-                           source.dir.string() + " uses its own tokenizer.model");
+                           source.dir.string() + " uses its own tokenizer");
     }
     m.config = load_model_config(source.dir);
     m.name = source.dir.filename().string();
