@@ -15,6 +15,7 @@ PACKAGES=(
   libxxhash-dev                    # XXH64 checksums of KV blob files (the reference library)
   libspdlog-dev                    # logging (behind core/log.h)
   nlohmann-json3-dev               # config.json, safetensors headers, traces
+  libcpp-httplib-dev               # engram-cli serve: HTTP/1.1 keep-alive, chunked SSE, limits
   qt6-base-dev qt6-base-dev-tools qt6-charts-dev libgl-dev   # the desktop app and Qt Test
   qt6-svg-dev                      # SVG export of the layer timeline (QSvgGenerator)
   xvfb xauth                       # screenshots of the real window in tests/ui scripts
