@@ -13,6 +13,7 @@ PACKAGES=(
   libicu-dev                       # tokenizer.json NFC normalizer (Qwen2 family)
   libsqlite3-dev                   # persistent memory store
   libxxhash-dev                    # XXH64 checksums of KV blob files (the reference library)
+  libcli11-dev                     # engram-cli's flag parser (header-only; replaces our own)
   libspdlog-dev                    # logging (behind core/log.h)
   nlohmann-json3-dev               # config.json, safetensors headers, traces
   libcpp-httplib-dev               # engram-cli serve: HTTP/1.1 keep-alive, chunked SSE, limits

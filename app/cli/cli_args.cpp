@@ -1,36 +1,58 @@
 #include "app/cli/cli_args.h"
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <sstream>
 
 namespace engram::cli {
+namespace {
+
+// CLI11's messages, e.g. "The following arguments were not expected: --seeed", as one line.
+std::string readable(std::string message) {
+  std::replace(message.begin(), message.end(), '\n', ' ');
+  while (!message.empty() && message.back() == ' ')
+    message.pop_back();
+  return message;
+}
+
+}  // namespace
 
 Args::Args(int argc, char** argv, int first, const std::set<std::string>& with_value,
            const std::set<std::string>& flags) {
-  for (int i = first; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      positional_.push_back(a);
-      continue;
-    }
-    std::string name = a.substr(2);
-    std::optional<std::string> inline_value;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      inline_value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (flags.count(name)) {
-      values_[name] = "1";
-    } else if (with_value.count(name)) {
-      if (inline_value) {
-        values_[name] = *inline_value;
-      } else if (i + 1 < argc) {
-        values_[name] = argv[++i];
-      } else {
-        throw UsageError("--" + name + " needs a value");
-      }
-    } else {
-      throw UsageError("unknown option --" + name);
-    }
+  // CLI11 parses (--name value, --name=value, bare flags, positionals, "--" ends options); this
+  // class keeps the typed getters whose errors name the flag, so every command reads flags the
+  // same way it did with the hand-written parser this replaced.
+  CLI::App app;
+  app.set_help_flag();  // --help is not an option of a subcommand here: usage() prints it
+  app.allow_extras(false);
+  std::map<std::string, std::string> values;
+  std::map<std::string, CLI::Option*> options;
+  for (const std::string& name : with_value) {
+    options[name] = app.add_option("--" + name, values[name])
+                        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+                        ->allow_extra_args(false);
+  }
+  for (const std::string& name : flags) {
+    if (with_value.count(name)) throw std::logic_error("--" + name + " is a flag and an option");
+    options[name] = app.add_flag("--" + name);
+  }
+  app.add_option("positional", positional_);
+  std::vector<std::string> args(argv + std::min(first, argc), argv + argc);
+  std::reverse(args.begin(), args.end());  // CLI11 takes them last first
+  try {
+    app.parse(args);
+  } catch (const CLI::ArgumentMismatch& e) {
+    // "--seed: 1 required TEXT missing" -> "--seed needs a value"
+    const std::string what = e.what();
+    throw UsageError(what.rfind("--", 0) == 0 && what.find(':') != std::string::npos
+                         ? what.substr(0, what.find(':')) + " needs a value"
+                         : readable(what));
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(readable(e.what()));
+  }
+  for (const auto& [name, option] : options) {
+    if (option->count() == 0) continue;
+    values_[name] = flags.count(name) ? "1" : values[name];
   }
 }
 

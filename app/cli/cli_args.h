@@ -1,5 +1,6 @@
-// Command-line flags: `--name value` and bare `--flag`, with typed getters whose errors name
-// the flag. Unknown flags are errors (a typo must not silently change a benchmark).
+// Command-line flags: `--name value`, `--name=value` and bare `--flag` (parsed by CLI11), with
+// typed getters whose errors name the flag. Unknown flags are errors (a typo must not silently
+// change a benchmark).
 #pragma once
 
 #include <cstdint>
