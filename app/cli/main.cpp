@@ -112,7 +112,11 @@ void usage() {
       "           [--json FILE]\n"
       "  export chat [--profile DIR] (--conversation ID|NAME | --all) --format json|markdown\n"
       "           --out FILE|-   (stored conversations, without their KV caches)\n"
-      "  import chat [--profile DIR] FILE   (a JSON export, as new conversations)\n",
+      "  import chat [--profile DIR] FILE   (a JSON export, as new conversations)\n"
+      "  serve    --model DIR [--port P (8080; 0: any free)] [--host H (127.0.0.1)]\n"
+      "           [--policy P] [--kv-budget T] [--profile DIR | --stateless] [--max-tokens N]\n"
+      "           [--sessions N] [--max-body-bytes B]   (OpenAI-compatible /v1/chat/completions\n"
+      "           and /v1/models; \"engram_conversation\": NAME continues a stored chat)\n",
       stderr);
 }
 
@@ -131,6 +135,7 @@ int main(int argc, char** argv) {
     if (command == "bench") return engram::cli::run_bench(argc, argv);
     if (command == "logits") return engram::cli::run_logits(argc, argv);
     if (command == "sim") return engram::cli::run_sim(argc, argv);
+    if (command == "serve") return engram::cli::run_serve(argc, argv);
     const std::string sub = argc > 2 ? argv[2] : "";
     if (command == "export" && sub == "embodied")
       return engram::cli::run_export_embodied(argc, argv);
