@@ -36,7 +36,7 @@ std::string usage_error(std::vector<std::string> words) {
 class CliArgsTest : public QObject {
   Q_OBJECT
 
- private slots:
+ private Q_SLOTS:
   void valuesFlagsAndPositionals() {
     const Args a =
         parse({"decode", "--seed", "-5", "--out=-", "--greedy", "extra", "--temperature", "0.25"});
