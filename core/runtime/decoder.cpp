@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/runtime/attention.h"
+#include "core/runtime/decoder_layer.h"
 #include "core/trace/trace_recorder.h"
 
 namespace engram {
@@ -32,13 +33,6 @@ Decoder::Decoder(ModelConfig config, DecoderWeights weights, at::Device device,
       device_(device),
       dtype_(dtype),
       rope_(config_, device) {}
-
-at::Tensor Decoder::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
-  // As transformers' LlamaRMSNorm: normalise in f32, cast back, then scale.
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + config_.rms_norm_eps);
-  return weight * normed.to(x.scalar_type());
-}
 
 ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
                                gpu::DeviceTimeline& timeline, TraceRecorder* trace) const {
@@ -83,54 +77,34 @@ ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
     probe_index = at::tensor(req.probe_rows, at::kLong).to(device_);
     probe_positions = positions.index_select(1, probe_index);
   }
-  const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim;
-
   source.begin_forward(ctx);
   at::Tensor h = weights_.embed.index_select(0, ids.view({-1})).view({b, s, c.hidden_size});
   for (int64_t li = 0; li < c.num_layers; ++li) {
-    const LayerWeights& w = weights_.layers[li];
     TraceRecorder::Open open;
     if (trace) open = trace->begin(li, TraceLane::kCompute, "layer");
-
-    const at::Tensor layer_input = h;
-    at::Tensor x = rms_norm(h, w.input_norm);
-    at::Tensor qkv =
-        w.qkv_bias.defined() ? at::linear(x, w.qkv_proj, w.qkv_bias) : at::linear(x, w.qkv_proj);
-    at::Tensor q = qkv.narrow(-1, 0, hq * hd).view({b, s, hq, hd}).transpose(1, 2);
-    at::Tensor k = qkv.narrow(-1, hq * hd, hkv * hd).view({b, s, hkv, hd}).transpose(1, 2);
-    at::Tensor v = qkv.narrow(-1, (hq + hkv) * hd, hkv * hd).view({b, s, hkv, hd}).transpose(1, 2);
-    if (w.q_norm.defined()) {
-      q = rms_norm(q, w.q_norm);
-      k = rms_norm(k, w.k_norm);
-    }
-    q = Rope::apply(q, cos, sin);
-    k = Rope::apply(k, cos, sin);
-
-    FreshKv fresh{k, v.contiguous(), positions};
-    const AttendKv kv = source.layer_kv(li, fresh, ctx);
-    at::Tensor attn = attention(q, kv, positions, c.sliding_window);
-    if (req.on_layer) {
-      LayerView view{li, req.phase, layer_input, q, k, v, kv, at::Tensor()};
-      if (probe_index.defined()) {
-        view.probs = attention_probabilities(q.index_select(2, probe_index), kv, probe_positions,
-                                             c.sliding_window);
+    h = run_decoder_layer(c, weights_.layers[li], h, [&](const LayerQkv& p) {
+      const at::Tensor q = Rope::apply(p.q, cos, sin);
+      const at::Tensor k = Rope::apply(p.k, cos, sin);
+      FreshKv fresh{k, p.v.contiguous(), positions};
+      const AttendKv kv = source.layer_kv(li, fresh, ctx);
+      at::Tensor attn = attention(q, kv, positions, c.sliding_window);
+      if (req.on_layer) {
+        LayerView view{li, req.phase, p.input, q, k, p.v, kv, at::Tensor()};
+        if (probe_index.defined()) {
+          view.probs = attention_probabilities(q.index_select(2, probe_index), kv, probe_positions,
+                                               c.sliding_window);
+        }
+        req.on_layer(view);
       }
-      req.on_layer(view);
-    }
-    h = h + at::linear(attn.transpose(1, 2).reshape({b, s, hq * hd}), w.o_proj);
-
-    x = rms_norm(h, w.post_norm);
-    at::Tensor gate_up = at::linear(x, w.gate_up_proj);
-    const int64_t inter = c.intermediate_size;
-    h = h + at::linear(at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter),
-                       w.down_proj);
+      return attn;
+    });
     if (trace) trace->end(open, b * s);
   }
   source.end_forward(ctx);
 
   TraceRecorder::Open head;
   if (trace) head = trace->begin(-1, TraceLane::kCompute, "lm_head");
-  at::Tensor normed = rms_norm(h, weights_.final_norm);
+  at::Tensor normed = decoder_rms_norm(c, h, weights_.final_norm);
   at::Tensor last = req.all_logits ? normed : normed.narrow(1, s - 1, 1);
   ForwardResult result;
   result.logits = at::linear(last, weights_.lm_head).to(at::kFloat);

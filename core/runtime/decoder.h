@@ -48,8 +48,6 @@ class Decoder {
   at::ScalarType dtype() const { return dtype_; }
 
  private:
-  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
-
   ModelConfig config_;
   DecoderWeights weights_;
   at::Device device_;

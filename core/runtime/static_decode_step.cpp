@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu/rms_norm.h"
+#include "core/runtime/decoder_layer.h"
 #include "gpu/rope_kv_write.h"
 
 namespace engram {
@@ -90,7 +90,6 @@ void StaticDecodeStep::run() {
   const DecoderWeights& weights = decoder_.weights();
   const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim, g = hq / hkv;
   const int64_t capacity = key_positions_.size(1);
-  const double eps = c.rms_norm_eps;
   const at::ScalarType dtype = decoder_.dtype();
 
   const at::Tensor token = inputs_.narrow(0, 0, 1);
@@ -111,38 +110,22 @@ void StaticDecodeStep::run() {
   sin = sin.reshape({hd});
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
-  at::Tensor h = weights.embed.index_select(0, token);  // [1, hidden]
+  at::Tensor h = weights.embed.index_select(0, token).view({1, 1, c.hidden_size});
   for (int64_t li = 0; li < c.num_layers; ++li) {
-    const LayerWeights& w = weights.layers[li];
-    at::Tensor x = gpu::rms_norm(h, w.input_norm, eps);
-    const at::Tensor qkv =
-        w.qkv_bias.defined() ? at::linear(x, w.qkv_proj, w.qkv_bias) : at::linear(x, w.qkv_proj);
-    at::Tensor q = qkv.narrow(-1, 0, hq * hd).view({hq, hd});
-    at::Tensor k = qkv.narrow(-1, hq * hd, hkv * hd).view({hkv, hd});
-    const at::Tensor v = qkv.narrow(-1, (hq + hkv) * hd, hkv * hd).view({hkv, hd});
-    if (w.q_norm.defined()) {
-      q = gpu::rms_norm(q, w.q_norm, eps);
-      k = gpu::rms_norm(k, w.k_norm, eps);
-    }
-    at::Tensor q_rot = at::empty({hq, hd}, q.options());
-    gpu::rope_kv_write(q, k, v, cos, sin, slot, q_rot, keys_[li], values_[li]);
-
-    // Grouped-query attention without repeating KV heads: the g query heads of a KV head are
-    // rows of one matmul. Softmax in f32, as the per-layer path and transformers do.
-    const at::Tensor scores =
-        at::baddbmm(mask_bias, q_rot.view({hkv, g, hd}), keys_[li].transpose(1, 2), 1.0, scale);
-    const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dtype);
-    const at::Tensor attn = at::bmm(probs, values_[li]).view({1, hq * hd});
-    h = h + at::linear(attn, w.o_proj);
-
-    x = gpu::rms_norm(h, w.post_norm, eps);
-    const at::Tensor gate_up = at::linear(x, w.gate_up_proj);
-    const int64_t inter = c.intermediate_size;
-    h = h + at::linear(at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter),
-                       w.down_proj);
+    h = run_decoder_layer(c, weights.layers[li], h, [&](const LayerQkv& p) {
+      // The fused kernel rotates q and k and writes k, v at the device slot of the working set.
+      at::Tensor q_rot = at::empty({hq, hd}, p.q.options());
+      gpu::rope_kv_write(p.q.reshape({hq, hd}), p.k.reshape({hkv, hd}), p.v.reshape({hkv, hd}), cos,
+                         sin, slot, q_rot, keys_[li], values_[li]);
+      // Grouped-query attention without repeating KV heads: the g query heads of a KV head are
+      // rows of one matmul. Softmax in f32, as the per-layer path and transformers do.
+      const at::Tensor scores =
+          at::baddbmm(mask_bias, q_rot.view({hkv, g, hd}), keys_[li].transpose(1, 2), 1.0, scale);
+      const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dtype);
+      return at::bmm(probs, values_[li]).view({1, hq, 1, hd});
+    });
   }
-  const at::Tensor normed = gpu::rms_norm(h, weights.final_norm, eps);
-  logits_.copy_(at::linear(normed, weights.lm_head).view({-1}));
+  logits_.copy_(decoder_logits(c, weights, h).view({-1}));
   next_id_.copy_(logits_.argmax());
 }
 

@@ -9,9 +9,9 @@
 // written at the device slot; logits and their argmax land in static buffers. The step is
 // re-recorded when the cache's capacity (and so its storage) changes.
 //
-// It computes what Decoder::forward computes for one token with a CacheKvSource (same weights,
-// same RoPE, same rounding points); layer timelines and attention probes need the per-layer
-// path and are not offered here.
+// It runs the same layer code as Decoder::forward (core/runtime/decoder_layer.h); only attention
+// differs (fused RoPE + KV write at the device slot, a masked matmul over the whole capacity).
+// Layer timelines and attention probes need the per-layer path and are not offered here.
 #pragma once
 
 #include <ATen/ATen.h>

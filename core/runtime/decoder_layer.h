@@ -1,0 +1,48 @@
+// One decoder layer, written once. Every path that runs the model (Decoder::forward over any
+// KvSource, the CUDA-graph decode step over a fixed working set) runs run_decoder_layer(); they
+// differ only in how attention reaches its keys and values, which each passes in as `attend`.
+// Projections, norms, residuals and the MLP are these functions, so the paths cannot drift apart
+// (they agree token for token in f32: tests/test_static_decode.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "core/model/model_config.h"
+#include "core/runtime/decoder_weights.h"
+
+namespace engram {
+
+// A layer's queries, keys and values before RoPE, [B, heads, S, head_dim] (views of one matmul's
+// output; Qwen3's q/k norms applied).
+struct LayerQkv {
+  at::Tensor input;  // the layer input h, [B, S, hidden]
+  at::Tensor q;
+  at::Tensor k;
+  at::Tensor v;
+};
+
+// RMSNorm as transformers' LlamaRMSNorm (f32 statistics, cast back, then the weight); the fused
+// kernel on CUDA for decode rows (gpu/rms_norm.h), torch's ops for prefill (bit-equal logits).
+at::Tensor decoder_rms_norm(const ModelConfig& config, const at::Tensor& x,
+                            const at::Tensor& weight);
+
+LayerQkv project_qkv(const ModelConfig& config, const LayerWeights& w, const at::Tensor& h);
+
+// h + o_proj(attn) then h + MLP(norm(h)); attn is [B, Hq, S, head_dim].
+at::Tensor finish_layer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& h,
+                        const at::Tensor& attn);
+
+// `attend(const LayerQkv&) -> at::Tensor` applies RoPE, makes the fresh KV visible to attention
+// (cache write, working set, source) and returns the attention output [B, Hq, S, head_dim].
+template <class Attend>
+at::Tensor run_decoder_layer(const ModelConfig& config, const LayerWeights& w, const at::Tensor& h,
+                             Attend&& attend) {
+  const LayerQkv qkv = project_qkv(config, w, h);
+  return finish_layer(config, w, h, attend(qkv));
+}
+
+// Final norm and the LM head, f32 logits.
+at::Tensor decoder_logits(const ModelConfig& config, const DecoderWeights& weights,
+                          const at::Tensor& hidden);
+
+}  // namespace engram
