@@ -12,11 +12,13 @@
 #include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
 #include "core/kv/cache_kv_source.h"
+#include "core/kv/kv_unit_pool.h"
 #include "core/kv/pinned_kv_source.h"
 #include "core/runtime/attention.h"
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
+#include "gpu/page_gather.h"
 #include "gpu/rms_norm.h"
 #include "gpu/rope_kv_write.h"
 #include "gpu/rope_rotate.h"
@@ -233,6 +235,100 @@ nlohmann::json check_pinned_source(const std::string& shape, int64_t prefix, int
           {"overlap_note", "copies of layer i+1 are issued while layer i computes"}};
 }
 
+// Paged pool on the device: a bf16 unit moved device -> pinned -> disk -> device reads back
+// bit for bit, and units loaded on the copy stream during a forward give the logits of the
+// resident cache they were cut from (the llama-gqa fixture in f32; run from the repository root).
+nlohmann::json check_page_pool(bool& ok) {
+  nlohmann::json out;
+  {
+    const KvCacheShape ks{4, 4, 128};
+    KvPagePoolOptions o;
+    o.page_tokens = 64;
+    o.device_pages = 8;
+    o.pinned_pages = 8;
+    o.spill_dir = "/tmp/engram-gpu-checks-spill";
+    KvPagePool pages(ks, at::kBFloat16, at::Device(at::kCUDA, 0), o);
+    KvUnitPool units(pages);
+    const at::Tensor kv = at::randn({4, 2, 4, 150, 128}).to(at::kBFloat16);
+    const int64_t id = units.add("turn", 0, kv, std::vector<int64_t>(150, 0), PageTier::kDevice);
+    bool same = true;
+    for (PageTier t : {PageTier::kPinned, PageTier::kDisk, PageTier::kDevice}) {
+      units.move(id, t);
+      same = same && at::equal(units.read(id), kv);
+    }
+    ok = ok && same;
+    out["round_trip_bit_identical"] = same;
+  }
+  {
+    // The page gather kernel against its reference body, reading a pinned and a device slab.
+    const at::Device cuda(at::kCUDA, 0);
+    const int64_t n = 6, layers = 3, heads = 4, page = 64, dim = 128, capacity = 400;
+    at::Tensor host = gpu::empty_pinned({n, layers, 2, heads, page, dim}, at::kBFloat16);
+    host.copy_(at::randn({n, layers, 2, heads, page, dim}).to(at::kBFloat16));
+    const at::Tensor table = at::tensor({5, 1, 3, 0, 40, 104, 40, 64, 17}, at::kLong).view({3, 3});
+    const at::Tensor table_dev = table.to(cuda);
+    bool same = true;
+    for (const at::Tensor& slab : {host, host.to(cuda)}) {
+      const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(cuda);
+      at::Tensor k = at::zeros({heads, capacity, dim}, opts), v = at::zeros_like(k);
+      at::Tensor k_ref = at::zeros_like(k), v_ref = at::zeros_like(k);
+      gpu::gather_pages(k, v, slab, 2, table_dev[0], table_dev[1], table_dev[2]);
+      gpu::gather_pages_reference(k_ref, v_ref, slab, 2, table[0], table[1], table[2]);
+      same = same && at::equal(k, k_ref) && at::equal(v, v_ref);
+    }
+    ok = ok && same;
+    out["gather_kernel_equals_reference_pinned_and_device"] = same;
+  }
+  LoadedModel m =
+      load_model({"tests/data/models/llama-gqa", "", 0}, choose_device("cuda", "f32"), {});
+  const Decoder& d = *m.decoder;
+  const ModelConfig& c = d.config();
+  const KvCacheShape ks{c.num_layers, c.num_kv_heads, c.head_dim};
+  const int64_t p = 300, s = 8;
+  std::vector<int64_t> ids(p + s), pos(p + s);
+  for (int64_t i = 0; i < p + s; ++i) {
+    ids[i] = 3 + (i * 7919) % (c.vocab_size - 3);
+    pos[i] = i;
+  }
+  auto forward = [&](KvSource& src, int64_t from, int64_t n) {
+    gpu::DeviceTimeline tl(d.device());
+    ForwardRequest req;
+    req.tokens = {std::vector<int64_t>(ids.begin() + from, ids.begin() + from + n)};
+    req.positions = {std::vector<int64_t>(pos.begin() + from, pos.begin() + from + n)};
+    req.all_logits = true;
+    return d.forward(req, src, tl, nullptr).logits.cpu();
+  };
+  KvCache resident(ks, 1, p + s + 64, at::kFloat, d.device());
+  CacheKvSource rs(resident);
+  forward(rs, 0, p);
+  KvPagePoolOptions o;
+  o.page_tokens = 64;
+  o.pinned_pages = 8;
+  KvPagePool pages(ks, at::kFloat, d.device(), o);
+  KvUnitPool units(pages);
+  std::vector<int64_t> unit_ids;
+  for (int64_t begin : {0, 100}) {
+    const int64_t n = begin == 0 ? 100 : p - 100;
+    std::vector<at::Tensor> layers;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      layers.push_back(at::stack(
+          {resident.keys(l)[0].narrow(1, begin, n), resident.values(l)[0].narrow(1, begin, n)}));
+    }
+    unit_ids.push_back(units.add("turn", begin, at::stack(layers),
+                                 std::vector<int64_t>(pos.begin() + begin, pos.begin() + begin + n),
+                                 PageTier::kPinned));
+  }
+  const at::Tensor expected = forward(rs, p, s);
+  KvCache working(ks, 1, 16, at::kFloat, d.device());
+  UnitLoadingKvSource loading(units, unit_ids, working, 1);
+  const at::Tensor got = forward(loading, p, s);
+  const double err = (got - expected).abs().max().item<double>();
+  ok = ok && err <= 1e-5;
+  out["loaded_units_vs_resident_max_abs_logit_difference"] = err;
+  out["loaded_tokens"] = loading.loaded_tokens();
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,6 +351,7 @@ int main(int argc, char** argv) {
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
   out["pinned_host_source"] = check_pinned_source(shape, prefix, tokens, ok);
+  out["paged_pool"] = check_page_pool(ok);
   out["ok"] = ok;
   std::printf("%s\n", out.dump(2).c_str());
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';

@@ -93,6 +93,23 @@ int64_t DeviceTimeline::copy_async(at::Tensor& dst, const at::Tensor& src) {
   return mark(Lane::kCopy);
 }
 
+int64_t DeviceTimeline::on_copy_lane(const std::function<void()>& enqueue) {
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) {
+    at::cuda::CUDAEvent compute_point;
+    compute_point.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+    compute_point.block(*impl_->copy_stream);
+    {
+      c10::cuda::CUDAStreamGuard guard(*impl_->copy_stream);
+      enqueue();
+    }
+    return mark(Lane::kCopy);
+  }
+#endif
+  enqueue();
+  return mark(Lane::kCopy);
+}
+
 void DeviceTimeline::compute_wait(int64_t copy_mark) {
 #ifdef ENGRAM_WITH_CUDA
   if (device_.is_cuda()) {

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,10 @@ class DeviceTimeline {
   // at once. `dst` must be on the device, `src` in (pinned) host memory. Returns the id of a
   // copy-lane mark recorded after the copy.
   int64_t copy_async(at::Tensor& dst, const at::Tensor& src);
+  // Runs `enqueue` with the copy stream current (after the compute enqueued so far, as
+  // copy_async): the work it launches (a gather kernel, several copies) goes on the copy lane.
+  // Tensors it writes must outlive that work (the caller keeps them). Returns the mark after it.
+  int64_t on_copy_lane(const std::function<void()>& enqueue);
   // Makes the compute stream wait until the copy-lane mark `copy_mark` has been reached.
   void compute_wait(int64_t copy_mark);
 

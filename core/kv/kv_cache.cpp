@@ -23,9 +23,11 @@ KvCache::KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::Scalar
       device_(device),
       lengths_(batch, 0) {
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  // Zeros, not empty: masked slots (position -1, ragged rows, a working set's free capacity) are
+  // still read by attention with probability 0, and 0 x NaN from stale memory would be NaN.
   for (int64_t l = 0; l < shape.layers; ++l) {
-    keys_.push_back(at::empty({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
-    values_.push_back(at::empty({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
+    keys_.push_back(at::zeros({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
+    values_.push_back(at::zeros({batch, shape.kv_heads, capacity_, shape.head_dim}, opts));
   }
   positions_ =
       at::full({batch, capacity_}, -1, at::TensorOptions().dtype(at::kLong).device(device));
@@ -44,7 +46,7 @@ void KvCache::ensure_room(int64_t tokens) {
   for (int64_t l = 0; l < shape_.layers; ++l) {
     for (auto* t : {&keys_[l], &values_[l]}) {
       at::Tensor bigger =
-          at::empty({batch_, shape_.kv_heads, grown, shape_.head_dim}, t->options());
+          at::zeros({batch_, shape_.kv_heads, grown, shape_.head_dim}, t->options());
       bigger.narrow(2, 0, used).copy_(t->narrow(2, 0, used));
       *t = bigger;
     }
@@ -98,10 +100,23 @@ void KvCache::commit(int64_t tokens, const std::vector<std::vector<int64_t>>& po
   if (!all_equal(lengths_)) dense_ = false;
 }
 
+int64_t KvCache::claim(const std::vector<int64_t>& positions, int64_t spare) {
+  if (batch_ != 1) throw std::logic_error("KvCache::claim: one-row caches only");
+  const int64_t n = static_cast<int64_t>(positions.size());
+  ensure_room(n + spare);
+  const int64_t first = lengths_[0];
+  if (n > 0) {
+    positions_.narrow(1, first, n).copy_(at::tensor(positions, at::kLong).view({1, n}));
+  }
+  commit(n, {positions});
+  return first;
+}
+
 void KvCache::copy_row_from(int64_t row, const KvCache& other, int64_t other_row) {
   const int64_t n = other.lengths_.at(other_row);
   lengths_.at(row) = 0;
-  ensure_room(n);
+  // Room for n slots in this row: other rows' lengths do not add to it.
+  ensure_room(std::max<int64_t>(0, n - max_length()));
   for (int64_t l = 0; l < shape_.layers; ++l) {
     keys_[l][row].narrow(1, 0, n).copy_(other.keys_[l][other_row].narrow(1, 0, n));
     values_[l][row].narrow(1, 0, n).copy_(other.values_[l][other_row].narrow(1, 0, n));

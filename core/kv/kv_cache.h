@@ -36,6 +36,11 @@ class KvCache {
   // Row 0 of a one-row cache now holds `length` slots at positions 0..length-1 (a working set
   // after its kept slots were compacted there); later slots become empty.
   void set_dense_length(int64_t length);
+  // One-row caches: makes the next `positions.size()` slots part of the row at those positions
+  // without writing them (their KV arrives later, e.g. by asynchronous copies per layer, before
+  // attention reads them) and returns the first slot. `spare` more slots are kept free after
+  // them (a page-sized copy may run past the last claimed slot).
+  int64_t claim(const std::vector<int64_t>& positions, int64_t spare = 0);
   // Grows capacity (copying) so that `tokens` more fit in every row.
   void ensure_room(int64_t tokens);
 
