@@ -17,7 +17,7 @@ export PKG_CONFIG_SYSROOT_DIR=/tmp/sq
 export PKG_CONFIG_PATH=/tmp/sq/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/sq/usr/share/pkgconfig
 # Keep -I/usr/include and -L/usr/lib/... (sysroot-prefixed): they are where the unpacked files are.
 export PKG_CONFIG_ALLOW_SYSTEM_CFLAGS=1 PKG_CONFIG_ALLOW_SYSTEM_LIBS=1
-cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGRAM_BUILD_UI=OFF -DENGRAM_BUILD_TESTS=OFF \
+cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=Release -DENGRAM_BUILD_UI=OFF -DENGRAM_BUILD_TESTS=OFF -DENGRAM_BUILD_SERVE=OFF \
   -DCMAKE_CXX_FLAGS="-idirafter /tmp/sq/usr/include" \
   -DCMAKE_PREFIX_PATH="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
   -DSQLite3_INCLUDE_DIR=/tmp/sq/usr/include -DSQLite3_LIBRARY=/lib/x86_64-linux-gnu/libsqlite3.so.0 \

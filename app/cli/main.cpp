@@ -138,7 +138,12 @@ int main(int argc, char** argv) {
     if (command == "bench") return engram::cli::run_bench(argc, argv);
     if (command == "logits") return engram::cli::run_logits(argc, argv);
     if (command == "sim") return engram::cli::run_sim(argc, argv);
+#ifndef ENGRAM_NO_SERVE
     if (command == "serve") return engram::cli::run_serve(argc, argv);
+#else
+    if (command == "serve")
+      throw engram::cli::UsageError("built without serve (ENGRAM_BUILD_SERVE)");
+#endif
     const std::string sub = argc > 2 ? argv[2] : "";
     if (command == "export" && sub == "embodied")
       return engram::cli::run_export_embodied(argc, argv);
