@@ -90,6 +90,13 @@ struct OpenAiServer::Routes {
 
   Routes(ChatCompletionWorker& w, OpenAiServerOptions o) : worker(w), options(std::move(o)) {
     http.set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+    // httplib's default is SO_REUSEPORT, with which a second server binds the same port and the
+    // kernel splits connections between the two; SO_REUSEADDR alone still allows a restart
+    // while old connections linger in TIME_WAIT, and a port in use fails to bind.
+    http.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       res.set_content(model_list_json(options.model_id, created), kJson);
     });

@@ -14,6 +14,7 @@ over the limit 413, all in OpenAI's error shape.
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,6 +153,7 @@ def main():
     if failures:
         print(f"\n{len(failures)} check(s) failed; server log {log_path}:\n" + open(log_path).read())
         sys.exit(1)
+    shutil.rmtree(work)
     print("all checks passed")
 
 
@@ -355,6 +357,13 @@ def run_checks(server, profile, log_path):
           "an unknown URL: 404", text)
     status, text, _ = curl(server, "POST", "/v1/chat/completions", request)
     check(status == 200, "the server still answers after the errors", text)
+
+    # A port in use is an error, not a second server sharing it.
+    port = server.url.rsplit(":", 1)[1]
+    second = subprocess.run([CLI, "serve", "--model", MODEL_DIR, "--port", port, "--stateless"],
+                            capture_output=True, text=True, timeout=120)
+    check(second.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in second.stderr,
+          "a second server on the same port fails", second.stderr[-300:])
 
     # A restart restores the conversation from the store and continues it.
     check(server.stop() == 0, "SIGTERM stops the server with exit code 0")
