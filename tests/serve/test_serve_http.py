@@ -381,6 +381,21 @@ def run_checks(server, profile, log_path):
         restarted.stop()
     server.process = restarted.process
 
+    # A prompt past the positions under a policy that keeps every token: a plain 400, streamed
+    # or not (the stream has not begun when prefill fails).
+    full = Server(profile, log_path, "--policy", "full")
+    try:
+        long = {"model": MODEL, "max_tokens": 5,
+                "messages": [{"role": "user", "content": "hello there friend " * 2000}]}
+        for stream in (False, True):
+            status, text, _ = completion(full, dict(long, stream=stream), stream=stream)
+            check(status == 400 and is_openai_error(text)
+                  and error_of(text)["code"] == "context_length_exceeded",
+                  f"policy full, 10,000-token prompt, stream={stream}: 400 "
+                  "context_length_exceeded", text[:300])
+    finally:
+        full.stop()
+
 
 if __name__ == "__main__":
     main()
