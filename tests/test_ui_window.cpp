@@ -26,6 +26,8 @@
 #include <QTextBrowser>
 #include <QTextList>
 #include <QtTest>
+
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <new>
@@ -630,13 +632,18 @@ class UiWindowTest : public QObject {
     const QString note = w->chat()->last()->memory_note_text();
     QVERIFY2(note.contains(QStringLiteral("moved out of attention")), qPrintable(note));
     QVERIFY(w->chat()->at(0)->memory_note_text().isEmpty());
-    // The inspector counts the evicted tokens (no bytes: no KV is kept for them).
-    QTRY_VERIFY(w->inspector()->model()->snapshot().tokens_by_location[int(
-                    engram::MemoryLocation::kEvicted)] > 0);
+    // The inspector counts the evicted tokens where their KV is: the reply was saved, so the KV
+    // that left attention is in the store's runs (disk), with its bytes; none is lost.
+    const auto at = [&w](engram::MemoryLocation l) {
+      return w->inspector()->model()->snapshot().tokens_by_location[int(l)];
+    };
+    QTRY_VERIFY(at(engram::MemoryLocation::kDisk) > 0);
+    QCOMPARE(at(engram::MemoryLocation::kEvicted), int64_t(0));
+    QVERIFY(
+        w->inspector()->model()->snapshot().bytes_by_location[int(engram::MemoryLocation::kDisk)] >
+        0);
     const QString totals = w->inspector()->totals_text();
-    QVERIFY2(totals.contains(QStringLiteral("evicted: ")) &&
-                 totals.contains(QStringLiteral("out of attention")),
-             qPrintable(totals));
+    QVERIFY2(totals.contains(QStringLiteral("disk: ")), qPrintable(totals));
     // A unit the policy thinned shows how much of it stays in attention.
     const auto shows_in_attention = [&w] {
       const auto* m = w->inspector()->model();
@@ -649,6 +656,19 @@ class UiWindowTest : public QObject {
       return false;
     };
     QTRY_VERIFY(shows_in_attention());
+    // A second long turn moves the first answer wholly out of attention: it is listed where its
+    // KV is (the store, after the save), state "evicted, KV kept".
+    w->sendText(longer_than_the_positions());
+    QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    const auto shows_kept_state = [&w] {
+      const auto& units = w->inspector()->model()->snapshot().units;
+      return std::any_of(units.begin(), units.end(), [](const engram::MemoryUnit& u) {
+        return u.state == "evicted, KV kept" && u.location == engram::MemoryLocation::kDisk;
+      });
+    };
+    QTRY_VERIFY(shows_kept_state());
+    QCOMPARE(at(engram::MemoryLocation::kEvicted), int64_t(0));
     const qint64 first = w->current_conversation();
 
     // SnapKV with a budget of 256 for this conversation, full for a new one.

@@ -42,6 +42,12 @@ QString state_explained(const std::string& state) {
         "The memory policy moved all its tokens out of attention: no KV of it is kept, its text "
         "is.");
   }
+  if (state == "evicted, KV kept") {
+    return QObject::tr(
+        "The memory policy moved all its tokens out of attention; their KV is kept where Location "
+        "says (disk: the conversation's store; CPU: host memory until the next save), its text "
+        "too.");
+  }
   if (state == "partly evicted") {
     return QObject::tr(
         "The memory policy moved some of its tokens out of attention (Tokens shows how many "

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
@@ -74,6 +75,16 @@ const char* memory_location_name(MemoryLocation location) {
   return "?";
 }
 
+// Tokens out of attention keep their KV where append-only persistence put it: stream tokens
+// before `stored_until` are in the store's runs (disk), later ones were copied to host memory for
+// the next save when `captured` (CPU), else no KV of them is kept.
+namespace {
+struct EvictedKv {
+  int64_t stored_until = 0;
+  bool captured = false;
+};
+}  // namespace
+
 struct Assistant::State {
   std::unique_ptr<storage::Database> db;
   std::unique_ptr<LoadedModel> model;
@@ -119,13 +130,25 @@ struct Assistant::State {
   // of the stream still is: a policy moves tokens out.
   void add_units(MemorySnapshot& snap, const std::vector<ChatMessage>& history, int64_t kv_tokens,
                  MemoryLocation where, int64_t per_token, bool on_disk,
-                 const std::vector<float>* presence = nullptr) {
+                 const std::vector<float>* presence = nullptr, EvictedKv evicted = {}) {
     const auto in_attention = [&](int64_t from, int64_t n) {
       if (!presence) return n;
       double sum = 0;
       for (int64_t i = from; i < from + n && i < static_cast<int64_t>(presence->size()); ++i)
         sum += (*presence)[static_cast<size_t>(i)];
       return static_cast<int64_t>(sum + 0.5);
+    };
+    // Out-of-attention tokens of [from, from + n) by where their KV is: disk, CPU, nowhere.
+    const auto out_of_attention = [&](int64_t from, int64_t n) {
+      std::array<double, 3> out{};
+      if (!presence) return std::array<int64_t, 3>{};
+      for (int64_t i = from; i < from + n && i < static_cast<int64_t>(presence->size()); ++i) {
+        const double gone = 1.0 - (*presence)[static_cast<size_t>(i)];
+        out[i < evicted.stored_until ? 0 : evicted.captured ? 1 : 2] += gone;
+      }
+      return std::array<int64_t, 3>{static_cast<int64_t>(out[0] + 0.5),
+                                    static_cast<int64_t>(out[1] + 0.5),
+                                    static_cast<int64_t>(out[2] + 0.5)};
     };
     const char* full = on_disk ? "stored" : "cached";
     const char* part = on_disk ? "partly stored" : "partly cached";
@@ -147,9 +170,14 @@ struct Assistant::State {
       const int64_t with_kv = std::clamp<int64_t>(kv_tokens - begin, 0, u.tokens);
       const int64_t kept = in_attention(begin, with_kv);
       u.attention_tokens = kept;
+      const std::array<int64_t, 3> out = out_of_attention(begin, with_kv);
       if (with_kv > 0 && kept == 0) {
-        u.location = MemoryLocation::kEvicted;
-        u.state = "evicted";
+        // Wholly out of attention: the unit is where most of its KV is.
+        const auto most = std::max_element(out.begin(), out.end()) - out.begin();
+        u.location = most == 0   ? MemoryLocation::kDisk
+                     : most == 1 ? MemoryLocation::kCpu
+                                 : MemoryLocation::kEvicted;
+        u.state = most == 2 ? "evicted" : "evicted, KV kept";
       } else if (with_kv == u.tokens && u.tokens > 0) {
         u.location = where;
         u.state = kept < with_kv ? "partly evicted" : full;
@@ -160,10 +188,17 @@ struct Assistant::State {
         u.location = MemoryLocation::kNone;
         u.state = "text only";
       }
-      u.bytes = kept * per_token;
-      count(u, kept);
-      if (kept < with_kv)
-        snap.tokens_by_location[static_cast<int>(MemoryLocation::kEvicted)] += with_kv - kept;
+      u.bytes = (kept > 0 ? kept : out[0] + out[1]) * per_token;
+      if (u.location != MemoryLocation::kNone) {
+        snap.tokens_by_location[static_cast<int>(where)] += kept;
+        snap.bytes_by_location[static_cast<int>(where)] += kept * per_token;
+      }
+      const MemoryLocation places[3] = {MemoryLocation::kDisk, MemoryLocation::kCpu,
+                                        MemoryLocation::kEvicted};
+      for (int k = 0; k < 3; ++k) {
+        snap.tokens_by_location[static_cast<int>(places[k])] += out[k];
+        if (k < 2) snap.bytes_by_location[static_cast<int>(places[k])] += out[k] * per_token;
+      }
       snap.units.push_back(u);
       begin = end;
     }
@@ -659,7 +694,8 @@ MemorySnapshot Assistant::memory() const {
     const std::vector<float> presence = ws.attention_share();
     s_->add_units(snap, history, ws.stream_tokens(),
                   cache.device().is_cuda() ? MemoryLocation::kGpu : MemoryLocation::kCpu,
-                  s_->info.kv_bytes_per_token, /*on_disk=*/false, &presence);
+                  s_->info.kv_bytes_per_token, /*on_disk=*/false, &presence,
+                  {ws.capture() ? ws.capture_mark() : 0, ws.capture()});
   }
   return snap;
 }

@@ -111,7 +111,9 @@ struct MemoryPolicyInfo {
 // Where a unit's KV lives now. kDisk: in the profile's store, not loaded (restore_memory() brings
 // it in); kNone: only its text exists (it is prefilled on the next reply). kPinnedCpu is for KV
 // kept in page-locked host memory; today a restore only stages through it on its way to the GPU.
-// kEvicted: the policy moved it out of attention and no KV of it is kept (its text is).
+// kEvicted: the policy moved it out of attention and no KV of it is kept (its text is). A unit
+// out of attention whose KV persistence kept is at kDisk (the store's runs) or kCpu (captured in
+// host memory, written at the next save), state "evicted, KV kept".
 enum class MemoryLocation : uint8_t { kGpu, kPinnedCpu, kCpu, kDisk, kNone, kEvicted };
 inline constexpr int kMemoryLocationCount = 6;
 const char* memory_location_name(MemoryLocation location);
@@ -129,7 +131,7 @@ struct MemoryUnit {
   int64_t bytes = 0;
   int64_t version = 1;
   // "cached", "partly cached", "generating", "text only", "stored", "partly stored", "evicted",
-  // "partly evicted"
+  // "evicted, KV kept", "partly evicted"
   std::string state;
   int64_t attention_tokens = 0;  // of `tokens`, in attention (mean over layers and KV heads)
 };
