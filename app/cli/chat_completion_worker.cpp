@@ -66,11 +66,6 @@ std::future<CompletionOutcome> ChatCompletionWorker::submit(
   return result;
 }
 
-size_t ChatCompletionWorker::queued() const {
-  std::lock_guard lock(mutex_);
-  return queue_.size();
-}
-
 void ChatCompletionWorker::run() {
   while (true) {
     Job job;

@@ -60,7 +60,6 @@ class ChatCompletionWorker {
   // Setting `cancel` stops the request at its next token (or before it starts).
   std::future<CompletionOutcome> submit(ChatCompletionRequest request, CompletionTextSink on_text,
                                         std::shared_ptr<std::atomic<bool>> cancel);
-  size_t queued() const;
   // Any thread: cancels the running request, fails the queued ones and refuses new ones (503).
   void stop();
 

@@ -258,6 +258,10 @@ struct OpenAiServer::Routes {
           if (!finished) return true;
           try {
             const CompletionOutcome outcome = result.get();
+            // The worker cancels a running request only when the server stops (a client that
+            // left reads nothing more).
+            if (outcome.finish_reason == "cancelled")
+              throw ApiError(503, "the server is shutting down", "server_error");
             if (!write(chat_completion_chunk_json(identity, std::nullopt, std::nullopt,
                                                   outcome.finish_reason, include_usage)))
               return false;

@@ -367,7 +367,7 @@ def run_checks(server, profile, log_path):
 
     # A restart restores the conversation from the store and continues it.
     check(server.stop() == 0, "SIGTERM stops the server with exit code 0")
-    restarted = Server(profile, log_path)
+    restarted = Server(profile, log_path, "--sessions", "1")
     try:
         status, text, _ = completion(restarted, dict(first, messages=[
             {"role": "user", "content": "Do you remember me?"}]))
@@ -377,6 +377,16 @@ def run_checks(server, profile, log_path):
         check(re.search(r"conversation 'spring-trip': restored 6 messages, [1-9]\d* cached tokens",
                         restarted.log_text()) is not None,
               "restart: its KV is restored, not recomputed (server log)")
+        # With --sessions 1 another conversation pushes this one out of memory; it comes back
+        # from the store with everything it had.
+        status, _, _ = completion(restarted, dict(first, engram_conversation="other"))
+        status2, text, _ = completion(restarted, dict(first, messages=[
+            {"role": "user", "content": "Still there?"}]))
+        stored = stored_messages(profile, name)
+        check(status == 200 and status2 == 200 and stored is not None and len(stored) == 10
+              and re.search(r"conversation 'spring-trip': restored 8 messages, [1-9]\d* cached",
+                            restarted.log_text()) is not None,
+              "--sessions 1: a conversation pushed out of memory is restored from the store", text)
     finally:
         restarted.stop()
     server.process = restarted.process
