@@ -4,6 +4,9 @@
 engram_add_test(test_openai_protocol
                 SOURCES test_openai_protocol.cpp ${PROJECT_SOURCE_DIR}/app/cli/openai_protocol.cpp
                 LIBS engram_log)
+if(NOT ENGRAM_BUILD_SERVE)
+  return()  # engram-cli was built without serve (app/cli/CMakeLists.txt)
+endif()
 find_package(Python3 COMPONENTS Interpreter)
 find_program(ENGRAM_CURL curl)
 if(NOT Python3_Interpreter_FOUND OR NOT ENGRAM_CURL)
