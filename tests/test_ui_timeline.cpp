@@ -1,7 +1,8 @@
 // The layer timeline's model: built from the file `engram-cli --trace` writes, it holds every
 // interval of each request, one row per layer, and idle gaps that are exactly the parts of the
 // request where its lane ran nothing; a file's requests stay apart from the app's own; the view
-// zooms and pans, its tooltips give durations and bytes; exports write PNG and SVG.
+// zooms and pans, its tooltips give durations and bytes; exports write PNG and SVG; OxyGen's
+// frame events get a row per frame.
 #include <QFile>
 #include <QProcess>
 #include <QPushButton>
@@ -266,6 +267,61 @@ class UiTimelineTest : public QObject {
     QVERIFY(qAbs((view->view_end_us() - view->view_start_us()) - span) < 1e-6 * span);
     plus->click();
     QVERIFY(qAbs((view->view_end_us() - view->view_start_us()) - span / 2) < 1e-6 * span);
+  }
+
+  // engram-cli bench oxygen --trace writes one request per frame; the panel shows them as a
+  // "frames" view with a row per frame: each frame prefills the shared prompt once and runs its
+  // action, language steps are batched across frames, and the row after the last frame holds the
+  // language steps that finish the open requests.
+  void oxygenFramesGetARowEach() {
+    const QString cli = QStringLiteral(ENGRAM_BINARY_DIR "/app/cli/engram-cli");
+    if (!QFile::exists(cli)) QSKIP("engram-cli is not built");
+    const QString trace = dir_.filePath(QStringLiteral("oxygen.jsonl"));
+    QProcess p;
+    p.start(cli, {QStringLiteral("bench"), QStringLiteral("oxygen"), QStringLiteral("--model"),
+                  QStringLiteral(ENGRAM_TEST_DATA "/../../resources/models/engram-tiny"),
+                  QStringLiteral("--frames"), QStringLiteral("2"), QStringLiteral("--mode"),
+                  QStringLiteral("unified"), QStringLiteral("--action-tokens"), QStringLiteral("4"),
+                  QStringLiteral("--narration-tokens"), QStringLiteral("4"),
+                  QStringLiteral("--note-tokens"), QStringLiteral("4"), QStringLiteral("--trace"),
+                  trace});
+    QVERIFY(p.waitForFinished(300000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+
+    engram::ui::TimelinePanel panel;
+    QString error;
+    QVERIFY2(panel.open_trace_file(trace, &error), qPrintable(error));
+    const RequestTimeline* t = panel.model().request(panel.shown_request());
+    QVERIFY(t && t->frame_rows);  // the frames view comes first
+    QVERIFY(panel.model().label(t->key).endsWith(QStringLiteral("frames (unified)")));
+    int views = 0;
+    for (int64_t key : panel.model().requests())
+      views += panel.model().request(key)->frame_rows ? 1 : 0;
+    QCOMPARE(views, 1);
+    QVERIFY(t->rows() == 2 || t->rows() == 3);
+    for (int64_t frame = 0; frame < t->rows(); ++frame) {
+      const auto count = [&](const char* what) {
+        return std::count_if(t->intervals.begin(), t->intervals.end(), [&](const LayerInterval& i) {
+          return i.layer == frame && i.what == what;
+        });
+      };
+      QCOMPARE(count("action"), frame < 2 ? 1L : 0L);
+      QCOMPARE(count("prefill"), frame < 2 ? 1L : 0L);
+      QVERIFY(count("language_step") >= (frame < 2 ? 0L : 1L));
+    }
+    // The view draws a row per frame, and its tooltip names the frame.
+    panel.resize(900, 300);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    engram::ui::TimelineView* view = panel.view();
+    view->fit();
+    const LayerInterval& first = t->intervals.front();
+    const double mid = (first.start_us + first.end_us) / 2;
+    const int x =
+        int(64 + (mid - view->view_start_us()) / (view->view_end_us() - view->view_start_us()) *
+                     (view->width() - 64));
+    const QString tip = view->describe_at(QPoint(x, 22 + int(first.layer) * 27 + 5));
+    QVERIFY2(tip.contains(QStringLiteral("frame %1").arg(first.layer)), qPrintable(tip));
   }
 
   void tooltipsGiveDurationsBytesAndIdleTime() {

@@ -95,8 +95,25 @@ std::vector<int64_t> TimelineModel::load_trace_file(const QString& path) {
   for (const auto& i : intervals)
     slot(key_of[i.request], i.request, source).intervals.push_back(i);
   std::vector<int64_t> keys;
+  // OxyGen's frames: each frame is a request of layer -1 events whose step is the frame index.
+  for (const char* phase : {"frame", "isolated_frame"}) {
+    std::vector<LayerInterval> frames;
+    for (const auto& i : intervals) {
+      if (i.phase != phase) continue;
+      frames.push_back(i);
+      frames.back().layer = i.step;  // the frame is the row
+    }
+    if (frames.empty()) continue;
+    const int64_t k = --next_file_key_;
+    RequestTimeline& r = slot(k, frames.front().request, source);
+    r.intervals = std::move(frames);
+    r.frame_rows = true;
+    r.frame_phase = phase;
+    keys.push_back(k);
+  }
   for (const auto& [request, k] : key_of)
     keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
   return keys;
 }
 
@@ -110,6 +127,10 @@ QString TimelineModel::label(int64_t key) const {
   auto it = requests_.find(key);
   if (it == requests_.end()) return {};
   const RequestTimeline& r = it->second;
+  if (r.frame_rows) {
+    return r.source + (r.frame_phase == "frame" ? QStringLiteral(" frames (unified)")
+                                                : QStringLiteral(" frames (isolated)"));
+  }
   const QString id = QStringLiteral("#%1").arg(r.request);
   return r.source.isEmpty() ? id : r.source + QLatin1Char(' ') + id;
 }
@@ -147,6 +168,13 @@ const RequestTimeline* TimelineModel::request(int64_t id) const {
     for (const auto& m : merged)
       busy += m.second - m.first;
     r.busy_us[static_cast<int>(lane)] = busy;
+    if (r.frame_rows) {  // frames run one after another, each on its own clock: sum, no gaps
+      busy = 0;
+      for (const auto& i : r.intervals)
+        busy += i.lane == lane ? i.duration_us() : 0;
+      r.busy_us[static_cast<int>(lane)] = busy;
+      continue;
+    }
     // A lane with no intervals at all (CPU: no copies) has no gaps to mark: it is not idle, it
     // is absent.
     if (merged.empty()) continue;

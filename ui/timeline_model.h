@@ -7,6 +7,7 @@
 #include <QString>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "core/trace/layer_interval.h"
@@ -28,7 +29,12 @@ struct RequestTimeline {
   double start_us = 0;                   // earliest start
   double end_us = 0;                     // latest end
   int64_t layers = 0;                    // rows 0..layers-1 are transformer layers
-  bool has_other = false;         // intervals with layer -1 (embedding, lm head): one more row
+  bool has_other = false;  // intervals with layer -1 (embedding, lm head): one more row
+  // OxyGen frames (engram-cli bench oxygen --trace): one row per frame instead of per layer,
+  // each frame's prefill / action / language steps at their times within the frame (each frame
+  // has its own clock, so idle gaps across rows are not computed).
+  bool frame_rows = false;
+  std::string frame_phase;        // "frame" (unified) or "isolated_frame"
   std::vector<TimelineGap> gaps;  // per lane, sorted by start
   double busy_us[2] = {0, 0};     // union of each lane's intervals
 
@@ -50,7 +56,9 @@ class TimelineModel {
   void add(const LayerInterval& interval);  // from the engine: keyed by its request id
   void add(const std::vector<LayerInterval>& intervals);
   // Reads JSON lines into requests of their own; returns their keys (ascending). Throws
-  // std::runtime_error naming the file and line of a bad record, and then adds nothing.
+  // std::runtime_error naming the file and line of a bad record, and then adds nothing. A file
+  // with OxyGen frame events also gets one "frames" request per execution mode: every frame a
+  // row (RequestTimeline::frame_rows), listed before the file's requests.
   std::vector<int64_t> load_trace_file(const QString& path);
   void clear();
 

@@ -41,6 +41,12 @@ QString format_bytes(int64_t b) {
 
 QColor color_of(const LayerInterval& i) {
   if (i.lane == TraceLane::kCopy) return QColor(0xe6, 0x8a, 0x00);
+  if (i.phase == "frame" || i.phase == "isolated_frame") {  // OxyGen frame events, by task
+    if (i.what == "prefill") return QColor(0x2f, 0x6f, 0xd6);
+    if (i.what == "action") return QColor(0xd6, 0x3a, 0x2f);
+    if (i.what.rfind("language", 0) == 0) return QColor(0x2e, 0x9d, 0x5b);
+    return QColor(0x8a, 0x8a, 0x8a);  // spawning a request's own suffix
+  }
   if (i.phase == "prefill") return QColor(0x2f, 0x6f, 0xd6);
   if (i.layer < 0) return QColor(0x7a, 0x5c, 0xc4);
   return QColor(0x2e, 0x9d, 0x5b);
@@ -167,7 +173,8 @@ void TimelineView::render_to(QPainter& p, const QSize& size) const {
   small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.85));
   p.setFont(small);
   for (int row = 0; row < t.rows(); ++row) {
-    const QString name = row < t.layers ? tr("layer %1").arg(row) : tr("other");
+    const QString name =
+        row < t.layers ? (t.frame_rows ? tr("frame %1") : tr("layer %1")).arg(row) : tr("other");
     const double y = kAxisHeight + row * kRowHeight;
     p.drawText(QRectF(2, y, kLabelWidth - 6, kLaneHeight), Qt::AlignRight | Qt::AlignVCenter, name);
     p.setPen(pal.color(QPalette::PlaceholderText));
@@ -213,10 +220,11 @@ QString TimelineView::describe_at(const QPoint& pos) const {
   for (const auto& i : timeline_->intervals) {
     if (timeline_->row_of(i) != row || static_cast<int>(i.lane) != lane) continue;
     if (us < i.start_us - slop || us > i.end_us + slop) continue;
-    QString s = tr("%1 %2 · %3%4\nlayer %5 · %6 tokens\nstart %7 · duration %8")
+    QString s = tr("%1 %2 · %3%4\n%5 %6 · %7 tokens\nstart %8 · duration %9")
                     .arg(QString::fromStdString(i.phase), QString::fromStdString(i.what))
                     .arg(i.phase == "decode" ? tr(" step %1").arg(i.step) : QString())
                     .arg(QString())
+                    .arg(timeline_->frame_rows ? tr("frame") : tr("layer"))
                     .arg(i.layer)
                     .arg(i.tokens)
                     .arg(format_us(i.start_us - timeline_->start_us), format_us(i.duration_us()));
@@ -361,6 +369,22 @@ void TimelinePanel::show_summary(const RequestTimeline* t) {
   // The CPU path copies no KV: say so rather than "copy busy 0".
   const QString copy =
       t->busy_us[1] > 0 ? tr("copy busy %1").arg(format_us(t->busy_us[1])) : tr("no KV copies");
+  if (t->frame_rows) {
+    int64_t actions = 0, steps = 0;
+    for (const auto& i : t->intervals) {
+      actions += i.what == "action" ? 1 : 0;
+      steps += i.what.rfind("language", 0) == 0 ? 1 : 0;
+    }
+    summary_->setText(tr("%1: %2 frames, one row each (prefill blue, action red, batched language "
+                         "steps green, request spawns grey), %3 actions and %4 language steps; "
+                         "compute %5 in all.")
+                          .arg(model_.label(t->key))
+                          .arg(t->layers)
+                          .arg(actions)
+                          .arg(steps)
+                          .arg(format_us(t->busy_us[0])));
+    return;
+  }
   summary_->setText(tr("Request %1: %2 intervals over %3 layers, %4 (%5). Compute busy %6, idle "
                        "%7 in %8 gaps; %9.")
                         .arg(model_.label(t->key))
