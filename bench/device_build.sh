@@ -1,7 +1,8 @@
 # Sourced by the bench/run_device*.sh scripts: builds engram-cli (and any extra targets named in
 # DEVICE_TARGETS) against the GPU machine's PyTorch into $B, with the Debian 12 -dev packages the
 # GPU machine lacks carried in .device/ (git-ignored): libsqlite3-dev, and for the tokenizer and
-# the store libpcre2-dev + libpcre2-8-0, libxxhash-dev + libxxhash0 (`apt-get download` them),
+# the store libpcre2-dev + libpcre2-8-0, libxxhash-dev + libxxhash0, libcli11-dev (the CLI's
+# flags) (`apt-get download` them),
 # and icu-headers-as-74.tar.gz: Debian 12's /usr/include/unicode with uvernum.h relabelled 74 and
 # an icu-uc.pc, so that the tokenizer's unorm2 calls link against the machine's own
 # libicuuc.so.74 (ICU's symbols carry its major version; the whole ICU 72 runtime would not fit
