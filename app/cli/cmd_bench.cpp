@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "app/cli/bench_report.h"
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
 #include "core/engine/generator.h"
@@ -33,13 +34,6 @@ std::vector<int64_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::string utc_now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 }  // namespace
@@ -130,8 +124,6 @@ int run_bench(int argc, char** argv) {
   out["runs"] = repeat;
   out["tokens_per_s_runs"] = rates;
   out["tokens_per_s"] = median(rates);
-  out["date"] = utc_now();
-  if (const char* commit = std::getenv("ENGRAM_COMMIT")) out["commit"] = commit;
   if (mode == "decode") {
     out["decode_tokens"] = decode_tokens;
     out["time_to_first_token_ms"] = median(ttfts);
@@ -150,12 +142,7 @@ int run_bench(int argc, char** argv) {
     out["roofline_tokens_per_s"] = roofline;
     out["fraction_of_roofline"] = median(rates) / roofline;
   }
-  std::printf("%s\n", out.dump().c_str());
-  if (args.has("json")) {
-    std::ofstream f(args.str("json", ""));
-    f << out.dump(2) << '\n';
-    if (!f) throw std::runtime_error("cannot write " + args.str("json", ""));
-  }
+  emit_bench_report(out, args);
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "app/cli/bench_report.h"
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
 #include "app/cli/oxygen_household.h"
@@ -27,13 +28,6 @@
 
 namespace engram::cli {
 namespace {
-
-std::string utc_now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 nlohmann::json report_json(const FrameLoopReport& r, const HouseholdFrames& world) {
   nlohmann::json j;
@@ -262,14 +256,7 @@ int run_bench_oxygen(int argc, char** argv) {
     std::fprintf(stderr, "unified vs isolated: %.2fx total time, %.2fx action Hz\n",
                  out["speedup_total_time"].get<double>(), out["speedup_action_hz"].get<double>());
   }
-  out["date"] = utc_now();
-  if (const char* commit = std::getenv("ENGRAM_COMMIT")) out["commit"] = commit;
-  std::printf("%s\n", out.dump().c_str());
-  if (args.has("json")) {
-    std::ofstream f(args.str("json", ""));
-    f << out.dump(2) << '\n';
-    if (!f) throw std::runtime_error("cannot write " + args.str("json", ""));
-  }
+  emit_bench_report(out, args);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 
+#include "app/cli/bench_report.h"
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
 #include "core/kv/kv_unit_pool.h"
@@ -148,17 +149,7 @@ int run_bench_pages(int argc, char** argv) {
   const double ideal = std::max(copy, resident);
   out["overlap_efficiency"] = pipelined > 0 ? ideal / pipelined : 0.0;
   out["speedup_vs_serial"] = pipelined > 0 ? serial / pipelined : 0.0;
-  char date[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  out["date"] = date;
-  if (const char* commit = std::getenv("ENGRAM_COMMIT")) out["commit"] = commit;
-  std::printf("%s\n", out.dump().c_str());
-  if (args.has("json")) {
-    std::ofstream f(args.str("json", ""));
-    f << out.dump(2) << '\n';
-    if (!f) throw std::runtime_error("cannot write " + args.str("json", ""));
-  }
+  emit_bench_report(out, args);
   return 0;
 }
 

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "app/cli/bench_report.h"
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
 #include "core/engine/chat_session.h"
@@ -54,13 +55,6 @@ double ms_since(Clock::time_point t0) {
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::string utc_now() {
-  char buf[32];
-  const std::time_t t = std::time(nullptr);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
 }
 
 // A folder that reads as `model_dir` with max_position_embeddings raised to `positions`.
@@ -307,14 +301,7 @@ int run_bench_restore(int argc, char** argv) {
   out["timing_scope"] =
       "from before the store opens to the first token of the next answer, model already loaded; "
       "blob files were written in the same run, so they are read from the page cache";
-  out["date"] = utc_now();
-  if (const char* commit = std::getenv("ENGRAM_COMMIT")) out["commit"] = commit;
-  std::printf("%s\n", out.dump().c_str());
-  if (args.has("json")) {
-    std::ofstream f(args.str("json", ""));
-    f << out.dump(2) << '\n';
-    if (!f) throw std::runtime_error("cannot write " + args.str("json", ""));
-  }
+  emit_bench_report(out, args);
   return 0;
 }
 
