@@ -9,23 +9,15 @@
 #include "core/kv/pinned_kv_source.h"
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_timeline.h"
+#include "support/collected_intervals.h"
 #include "support/reference_fixture.h"
 
 using namespace engram;
 
 namespace {
 
-struct Collect : EngineObserver {
-  std::vector<LayerInterval> intervals;
-  void on_layer_interval(const LayerInterval& i) override { intervals.push_back(i); }
-};
-
-std::vector<int64_t> iota(int64_t from, int64_t n) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i)
-    v[i] = from + i;
-  return v;
-}
+using Collect = test::CollectedIntervals;
+using test::iota;
 
 }  // namespace
 
