@@ -72,30 +72,21 @@ std::vector<double> DeviceTimeline::resolve_us() {
 }
 
 int64_t DeviceTimeline::copy_async(at::Tensor& dst, const at::Tensor& src) {
+  return on_copy_lane([&] {
+    dst.copy_(src, /*non_blocking=*/device_.is_cuda() && src.is_pinned());
 #ifdef ENGRAM_WITH_CUDA
-  if (device_.is_cuda()) {
-    {
-      // The destination was allocated on the compute stream and may reuse memory that earlier
-      // compute still reads: the copy starts only once the compute enqueued so far is done.
-      at::cuda::CUDAEvent compute_point;
-      compute_point.record(c10::cuda::getCurrentCUDAStream(device_.index()));
-      compute_point.block(*impl_->copy_stream);
-      c10::cuda::CUDAStreamGuard guard(*impl_->copy_stream);
-      dst.copy_(src, /*non_blocking=*/src.is_pinned());
-      // The destination is used on the compute stream later: keep its memory from being reused
-      // by the caching allocator before the copy has finished.
-      dst.record_stream(*impl_->copy_stream);
-    }
-    return mark(Lane::kCopy);
-  }
+    // The destination is used on the compute stream later: keep its memory from being reused by
+    // the caching allocator before the copy (on the copy stream, current here) has finished.
+    if (device_.is_cuda()) dst.record_stream(c10::cuda::getCurrentCUDAStream(device_.index()));
 #endif
-  dst.copy_(src);
-  return mark(Lane::kCopy);
+  });
 }
 
 int64_t DeviceTimeline::on_copy_lane(const std::function<void()>& enqueue) {
 #ifdef ENGRAM_WITH_CUDA
   if (device_.is_cuda()) {
+    // The work may write memory that compute enqueued so far still reads (the caching allocator
+    // hands freed blocks back at once): the copy lane starts after that compute.
     at::cuda::CUDAEvent compute_point;
     compute_point.record(c10::cuda::getCurrentCUDAStream(device_.index()));
     compute_point.block(*impl_->copy_stream);
