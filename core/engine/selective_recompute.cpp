@@ -1,0 +1,239 @@
+#include "core/engine/selective_recompute.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "core/runtime/attention.h"
+#include "core/runtime/decoder_layer.h"
+#include "gpu/rope_rotate.h"
+
+namespace engram {
+namespace {
+
+// The policy's rows, sorted; its contract checked against the rows of the layer before (none
+// for layer 0).
+std::vector<int64_t> checked_rows(const RecomputePolicy& policy, std::vector<int64_t> rows,
+                                  const std::vector<int64_t>* before, const AssembledLayout& layout,
+                                  int64_t layer) {
+  const std::string who =
+      "recompute policy '" + policy.name() + "' at layer " + std::to_string(layer) + ": ";
+  std::sort(rows.begin(), rows.end());
+  if (std::adjacent_find(rows.begin(), rows.end()) != rows.end())
+    throw std::logic_error(who + "a row is listed twice");
+  if (!rows.empty() && (rows.front() < 0 || rows.back() >= layout.total))
+    throw std::logic_error(who + "a row is outside the prompt's " + std::to_string(layout.total) +
+                           " rows");
+  for (int64_t q : layout.query_rows())
+    if (!std::binary_search(rows.begin(), rows.end(), q))
+      throw std::logic_error(who + "query row " + std::to_string(q) + " is not recomputed");
+  if (before && !std::includes(before->begin(), before->end(), rows.begin(), rows.end()))
+    throw std::logic_error(who +
+                           "the recompute set grew (a row dropped earlier has no hidden "
+                           "state to recompute from)");
+  return rows;
+}
+
+at::Tensor index_tensor(const std::vector<int64_t>& v, at::Device device) {
+  return at::tensor(v, at::kLong).to(device);
+}
+
+}  // namespace
+
+AssembledLayout AssembledPrompt::layout() const {
+  if (!prefix) throw std::invalid_argument("assembled prompt: no prefix");
+  std::vector<int64_t> lengths;
+  for (const UnitKv* u : units) {
+    if (!u) throw std::invalid_argument("assembled prompt: a unit is missing");
+    lengths.push_back(static_cast<int64_t>(u->tokens.size()));
+  }
+  return assemble_layout(static_cast<int64_t>(prefix->tokens.size()), lengths,
+                         static_cast<int64_t>(query.size()));
+}
+
+std::vector<int64_t> AssembledPrompt::tokens() const {
+  std::vector<int64_t> t = prefix->tokens;
+  for (const UnitKv* u : units)
+    t.insert(t.end(), u->tokens.begin(), u->tokens.end());
+  t.insert(t.end(), query.begin(), query.end());
+  return t;
+}
+
+UnitAttention unit_attention_of(const at::Tensor& probs, const std::vector<int64_t>& rows,
+                                const AssembledLayout& layout) {
+  // Mass per (row, unit): [R, U].
+  std::vector<at::Tensor> per_unit;
+  for (const UnitSpan& s : layout.units)
+    per_unit.push_back(probs.narrow(1, s.begin, s.tokens()).sum(1));
+  UnitAttention a;
+  if (per_unit.empty()) return a;
+  const at::Tensor mass = at::stack(per_unit, 1).to(at::kDouble).cpu().contiguous();
+  const auto* m = mass.data_ptr<double>();
+  const auto u_count = static_cast<int64_t>(layout.units.size());
+
+  // Sources: the query (group 0) and each unit with rows at this layer.
+  std::vector<int64_t> position_of_unit(static_cast<size_t>(u_count), -1);
+  std::vector<std::vector<double>> sums;  // [group][unit]
+  std::vector<int64_t> counts;
+  sums.emplace_back(static_cast<size_t>(u_count), 0.0);
+  counts.push_back(0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t owner = layout.unit_of_row(rows[i]);
+    size_t group = 0;
+    if (owner >= 0) {
+      if (position_of_unit[owner] < 0) {
+        position_of_unit[owner] = static_cast<int64_t>(a.units.size());
+        a.units.push_back(owner);
+        sums.emplace_back(static_cast<size_t>(u_count), 0.0);
+        counts.push_back(0);
+      }
+      group = static_cast<size_t>(position_of_unit[owner]) + 1;
+    } else if (rows[i] < layout.query_begin) {
+      continue;  // a prefix row (full recompute): not a source
+    }
+    for (int64_t u = 0; u < u_count; ++u)
+      sums[group][u] += m[static_cast<int64_t>(i) * u_count + u];
+    ++counts[group];
+  }
+  const size_t n = a.units.size();
+  auto mean = [&](size_t group, int64_t unit) {
+    return counts[group] ? sums[group][unit] / static_cast<double>(counts[group]) : 0.0;
+  };
+  a.from_query.resize(n);
+  a.from_unit.assign(n, std::vector<double>(n, 0.0));
+  for (size_t b = 0; b < n; ++b) {
+    a.from_query[b] = mean(0, a.units[b]);
+    for (size_t s = 0; s < n; ++s)
+      a.from_unit[s][b] = mean(s + 1, a.units[b]);
+  }
+  return a;
+}
+
+SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt& prompt,
+                                   RecomputePolicy& policy, KvCache& out) {
+  const ModelConfig& c = decoder.config();
+  const DecoderWeights& w = decoder.weights();
+  SelectivePrefill result;
+  result.layout = prompt.layout();
+  const AssembledLayout& layout = result.layout;
+  const int64_t n = layout.total, layers = c.num_layers;
+  if (prompt.prefix->first_position != 0)
+    throw std::invalid_argument("assembled prompt: the prefix must start at position 0");
+  if (n > c.max_positions)
+    throw std::invalid_argument("the assembled prompt has " + std::to_string(n) +
+                                " tokens; the model's maximum is " +
+                                std::to_string(c.max_positions) + " positions");
+  if (out.batch() != 1 || out.lengths()[0] != 0)
+    throw std::invalid_argument("selective prefill: the output cache must be one empty row");
+  const std::vector<int64_t> tokens = prompt.tokens();
+  for (int64_t t : tokens)
+    if (t < 0 || t >= c.vocab_size)
+      throw std::out_of_range("token id " + std::to_string(t) + " outside the vocabulary of " +
+                              std::to_string(c.vocab_size));
+
+  const at::Device device = decoder.device();
+  const auto opts = at::TensorOptions().dtype(decoder.dtype()).device(device);
+  // Cached KV of every row, [layers, kv_heads, n, head_dim]; query rows stay zero (always fresh).
+  at::Tensor cached_k = at::zeros({layers, c.num_kv_heads, n, c.head_dim}, opts);
+  at::Tensor cached_v = at::zeros_like(cached_k);
+  if (layout.prefix_tokens > 0) {
+    cached_k.narrow(2, 0, layout.prefix_tokens).copy_(prompt.prefix->keys);
+    cached_v.narrow(2, 0, layout.prefix_tokens).copy_(prompt.prefix->values);
+  }
+  const at::Tensor inv_freq = decoder.rope().inverse_frequencies();
+  for (const UnitSpan& span : layout.units) {
+    const UnitKv& unit = *prompt.units[static_cast<size_t>(span.unit)];
+    if (unit.keys.size(2) != span.tokens())
+      throw std::invalid_argument("memory unit '" + unit.key + "': its KV holds " +
+                                  std::to_string(unit.keys.size(2)) + " tokens, expected " +
+                                  std::to_string(span.tokens()));
+    at::Tensor keys = unit.keys.to(opts).contiguous().clone();
+    if (span.begin != unit.first_position) {
+      const at::Tensor deltas =
+          at::full({span.tokens()}, span.begin - unit.first_position, opts.dtype(at::kLong));
+      gpu::rope_rotate_(keys, deltas, inv_freq);
+    }
+    cached_k.narrow(2, span.begin, span.tokens()).copy_(keys);
+    cached_v.narrow(2, span.begin, span.tokens()).copy_(unit.values);
+  }
+
+  std::vector<int64_t> all_positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    all_positions[static_cast<size_t>(i)] = i;
+  const at::Tensor positions = index_tensor(all_positions, device).view({1, n});
+  const std::pair<at::Tensor, at::Tensor> cos_sin =
+      decoder.rope().cos_sin(positions, decoder.dtype());
+  const at::Tensor& cos = cos_sin.first;
+  const at::Tensor& sin = cos_sin.second;
+  const at::Tensor ids = index_tensor(tokens, device);
+
+  std::vector<int64_t> rows =
+      checked_rows(policy, policy.first_rows(layout, layers), nullptr, layout, 0);
+  at::Tensor idx = index_tensor(rows, device);
+  at::Tensor h = w.embed.index_select(0, ids.index_select(0, idx))
+                     .view({1, static_cast<int64_t>(rows.size()), c.hidden_size});
+  out.ensure_room(n);
+
+  for (int64_t li = 0; li < layers; ++li) {
+    const bool last = li == layers - 1;
+    const RecomputeNeeds needs = last ? RecomputeNeeds{} : policy.needs(li);
+    LayerEvidence evidence;
+    evidence.layer = li;
+    evidence.rows = rows;
+    at::Tensor layer_k, layer_v;
+    h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
+      const at::Tensor row_cos = cos.index_select(2, idx), row_sin = sin.index_select(2, idx);
+      const at::Tensor q = Rope::apply(p.q, row_cos, row_sin);
+      const at::Tensor k = Rope::apply(p.k, row_cos, row_sin);
+      layer_k = cached_k[li].unsqueeze(0).clone();
+      layer_v = cached_v[li].unsqueeze(0).clone();
+      layer_k.index_copy_(2, idx, k);
+      layer_v.index_copy_(2, idx, p.v);
+      AttendKv kv{layer_k, layer_v, positions, static_cast<int64_t>(rows.size()) == n};
+      const at::Tensor row_positions = positions.index_select(1, idx);
+      at::Tensor attn = attention(q, kv, row_positions, c.sliding_window);
+      if (needs.unit_attention) {
+        const at::Tensor probs = attention_probabilities(q, kv, row_positions, c.sliding_window);
+        evidence.unit_attention = unit_attention_of(probs[0].mean(0), rows, layout);
+      }
+      if (needs.key_deviation) {
+        const at::Tensor before = cached_k[li].index_select(1, idx).to(at::kFloat);  // [H, R, d]
+        const at::Tensor deviation = (k[0].to(at::kFloat) - before)
+                                         .pow(2)
+                                         .sum(at::IntArrayRef{0, 2})
+                                         .to(at::kDouble)
+                                         .cpu()
+                                         .contiguous();
+        const auto* d = deviation.data_ptr<double>();
+        evidence.key_deviation.assign(d, d + rows.size());
+        for (size_t i = 0; i < rows.size(); ++i)
+          if (rows[i] >= layout.query_begin) evidence.key_deviation[i] = 0;  // nothing cached
+      }
+      return attn;
+    });
+    out.write(li, layer_k, layer_v, positions);
+    result.plan.rows.push_back(rows);
+    if (last) break;
+
+    std::vector<ImportanceHop> hops;
+    std::vector<int64_t> next = checked_rows(
+        policy, policy.next_rows(layout, layers, evidence, &hops), &rows, layout, li + 1);
+    result.plan.hops.push_back(std::move(hops));
+    if (next != rows) {
+      std::vector<int64_t> keep;  // positions of next's rows in rows
+      for (size_t i = 0, j = 0; i < rows.size() && j < next.size(); ++i)
+        if (rows[i] == next[j]) {
+          keep.push_back(static_cast<int64_t>(i));
+          ++j;
+        }
+      h = h.index_select(1, index_tensor(keep, device));
+      rows = std::move(next);
+      idx = index_tensor(rows, device);
+    }
+  }
+  out.commit(n, {all_positions});
+  result.logits = decoder_logits(c, w, h.narrow(1, h.size(1) - 1, 1)).reshape({-1});
+  return result;
+}
+
+}  // namespace engram

@@ -1,0 +1,55 @@
+// The runner of selective recomputation (issue 16; KEEP §4.2, CacheBlend): one prefill of an
+// assembled prompt [prefix | retrieved units | query] in which each layer recomputes only the
+// rows a RecomputePolicy chose and uses cached KV for the rest.
+//
+// Per layer i with recomputed rows R_i (hidden states exist only for R_i):
+//   project_qkv on R_i, RoPE at their prompt positions;
+//   the layer's KV = the cached KV of every row (the prefix as computed, each unit re-rotated
+//   from where it was computed to its assembled position) with R_i's fresh K/V in their place;
+//   attention of R_i over all of it, masked exactly by position (row r sits at position r);
+//   finish_layer on R_i; the policy picks R_{i+1} ⊆ R_i (the query always in it) from what
+//   the runner measured at layer i (unit attention, key deviation: only when asked).
+// The layer is core/runtime/decoder_layer.h's, not a copy. The final KV of every layer (what
+// decoding continues from) is written into `out`.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "core/engine/memory_unit_kv.h"
+#include "core/kv/kv_cache.h"
+#include "core/policies/assembled_layout.h"
+#include "core/policies/recompute_policy.h"
+#include "core/runtime/decoder.h"
+
+namespace engram {
+
+struct AssembledPrompt {
+  const PrefixKv* prefix = nullptr;  // at positions 0..P-1
+  std::vector<const UnitKv*> units;  // in prompt order; computed anywhere
+  std::vector<int64_t> query;        // tokens
+  AssembledLayout layout() const;
+  std::vector<int64_t> tokens() const;  // prefix + units + query
+};
+
+struct SelectivePrefill {
+  at::Tensor logits;  // f32 [vocab], of the last query row
+  RecomputePlan plan;
+  AssembledLayout layout;
+};
+
+// `out` (one row, empty) receives the assembled KV of every layer; it grows as needed. Throws
+// std::invalid_argument for a prompt that does not fit the model or a prefix not at 0, and
+// std::logic_error naming the policy when it breaks its contract (a row added, a query row left
+// out, a row outside the prompt).
+SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt& prompt,
+                                   RecomputePolicy& policy, KvCache& out);
+
+// Unit-level attention from head-averaged probabilities `probs` [R, T] (f32, CPU or device) of
+// the rows `rows` over the prompt's T tokens: the mass given to each unit recomputed at this
+// layer, averaged over the query rows and over each unit's rows (recompute_policy.h).
+UnitAttention unit_attention_of(const at::Tensor& probs, const std::vector<int64_t>& rows,
+                                const AssembledLayout& layout);
+
+}  // namespace engram
