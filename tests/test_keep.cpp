@@ -347,6 +347,9 @@ class KeepTest : public QObject {
     QCOMPARE(r.plan.rows[1].size(), static_cast<size_t>(layout.total - layout.prefix_tokens));
     for (size_t l = 2; l < r.plan.rows.size(); ++l)
       QCOMPARE(r.plan.rows[l], want);
+    // Layer 1 all unit tokens, layers 2..9 the chosen ones: the ratio the evaluation reports.
+    const double n = static_cast<double>(layout.unit_tokens());
+    QVERIFY(std::abs(r.plan.mean_recompute_ratio(layout) - (1.0 + 8.0 * keep / n) / 9.0) < 1e-9);
   }
 
   void specsAreParsedAndBadOnesRefused() {

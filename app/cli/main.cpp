@@ -109,6 +109,9 @@ void usage() {
       "  eval embodied --model DIR [--episodes N] [--seed S] [--tasks N] [--policy P]\n"
       "           [--kv-budget TOKENS]\n"
       "           [--device D] [--json FILE]\n"
+      "  eval keep --model DIR [--episodes N] [--seed S] [--segments 10,20,30,40]\n"
+      "           [--methods full-recompute,prefix-cache,full-reuse,cacheblend,keep] [--every K]\n"
+      "           [--json FILE]   (selective recomputation vs full prefill, expert-driven)\n"
       "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"
       "           [--max-tokens B]\n"
       "  eval conversation --model DIR [--episodes N] [--seed S] [--policy P] [--kv-budget T]\n"
@@ -148,6 +151,7 @@ int main(int argc, char** argv) {
     if (command == "export" && sub == "embodied")
       return engram::cli::run_export_embodied(argc, argv);
     if (command == "eval" && sub == "embodied") return engram::cli::run_eval_embodied(argc, argv);
+    if (command == "eval" && sub == "keep") return engram::cli::run_eval_keep(argc, argv);
     if (command == "export" && sub == "conversation") {
       return engram::cli::run_export_conversation(argc, argv);
     }

@@ -56,16 +56,16 @@ void refuse_unknown(const std::string& spec, const std::map<std::string, std::st
 }  // namespace
 
 double RecomputePlan::mean_recompute_ratio(const AssembledLayout& layout) const {
-  const double rows_after_prefix = static_cast<double>(layout.total - layout.prefix_tokens);
-  if (rows.empty() || rows_after_prefix <= 0) return 0;
+  const auto unit_rows = static_cast<double>(layout.unit_tokens());
+  if (rows.size() < 2 || unit_rows <= 0) return rows.empty() ? 0.0 : 1.0;
   double sum = 0;
-  for (const auto& layer : rows) {
+  for (size_t l = 1; l < rows.size(); ++l) {
     int64_t counted = 0;
-    for (int64_t r : layer)
-      counted += r >= layout.prefix_tokens ? 1 : 0;
-    sum += static_cast<double>(counted) / rows_after_prefix;
+    for (int64_t r : rows[l])
+      counted += layout.unit_of_row(r) >= 0 ? 1 : 0;
+    sum += static_cast<double>(counted) / unit_rows;
   }
-  return sum / static_cast<double>(rows.size());
+  return sum / static_cast<double>(rows.size() - 1);
 }
 
 std::vector<std::string> recompute_policy_names() {
