@@ -5,7 +5,8 @@
 // over the same unit KV. Against a plain prefill of the same ids it reports, per method and
 // count: next-action agreement (the greedy action line), first-token agreement and KL(full ||
 // method) of the first token, the mean share of rows recomputed, agreement with the expert, and
-// the prefill time (CPU: indicative only; TTFT is the GPU benchmark's).
+// the prefill time (CPU: indicative only; TTFT is the GPU benchmark's). With --closed-loop each
+// method's own proposals drive the world instead, and it reports success and subgoal success.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "core/engine/selective_recompute.h"
 #include "core/env/embodied_prompt.h"
 #include "core/env/expert_planner.h"
+#include "core/env/household_action.h"
 #include "core/env/household_session.h"
 #include "core/kv/cache_kv_source.h"
 #include "core/tokenizer/token_stream.h"
@@ -108,12 +110,103 @@ double kl_divergence(const at::Tensor& reference, const at::Tensor& method) {
   return (p.exp() * (p - q)).sum().item<double>();
 }
 
+// The shared prefix (computed once) and every unit's KV (computed when its text changes).
+struct UnitMemory {
+  PrefixKv prefix;
+  bool have_prefix = false;
+  UnitKvStore store;
+
+  AssembledPrompt assemble(const Decoder& decoder, const KeepHouseholdPrompt& hp) {
+    if (!have_prefix) {
+      prefix = compute_prefix_kv(decoder, hp.prefix);
+      have_prefix = true;
+    }
+    AssembledPrompt assembled;
+    assembled.prefix = &prefix;
+    for (const MemoryUnit& u : hp.units)
+      assembled.units.push_back(&store.get(decoder, prefix, u));
+    assembled.query = hp.query;
+    return assembled;
+  }
+};
+
+struct LoopTally {
+  int tasks = 0;
+  int successes = 0;
+  double subgoals = 0;
+  int64_t steps = 0;
+  int64_t invalid = 0;
+};
+
+// Closed loop: each method's own proposals drive the world (as `eval embodied` does for full KV).
+nlohmann::json closed_loop(const LoadedModel& model, UnitMemory& memory,
+                           std::vector<std::unique_ptr<RecomputePolicy>>& methods,
+                           const std::vector<std::string>& labels,
+                           const std::vector<int64_t>& counts, const Args& args, int64_t episodes,
+                           uint64_t first_seed) {
+  const Decoder& decoder = *model.decoder;
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("%8s %-20s %6s %8s %7s %7s\n", "segments", "method", "tasks", "SR", "sub-SR",
+              "invalid");
+  for (int64_t count : counts) {
+    for (size_t m = 0; m < methods.size(); ++m) {
+      LoopTally t;
+      for (int64_t e = 0; e < episodes; ++e) {
+        env::SessionOptions so;
+        so.seed = first_seed + static_cast<uint64_t>(e);
+        so.task_count = static_cast<int>(args.integer("tasks", 3));
+        so.max_steps_per_task = static_cast<int>(args.integer("max-steps", 60));
+        env::HouseholdSession session(so);
+        while (!session.finished()) {
+          const env::EmbodiedPrompt prompt = env::build_embodied_prompt(
+              session.memory(), *session.current_task(), session.task_actions());
+          const KeepHouseholdPrompt hp = assemble_household_prompt(*model.tokenizer, prompt, count);
+          const AssembledPrompt assembled = memory.assemble(decoder, hp);
+          KvCache cache(shape_of(model.config), 1, static_cast<int64_t>(assembled.tokens().size()),
+                        decoder.dtype(), decoder.device());
+          const SelectivePrefill r = selective_prefill(decoder, assembled, *methods[m], cache);
+          const std::string text = decode_line(model, cache, r.logits);
+          std::optional<env::Action> action = env::parse_action(text);
+          t.invalid += action ? 0 : 1;
+          // An unparseable line still costs a step; the world refuses it (as eval embodied).
+          session.step(action ? *action
+                              : env::Action{env::Verb::kFind, "unparsed(" + text + ")", ""});
+          ++t.steps;
+        }
+        for (const env::TaskRecord& rec : session.records()) {
+          ++t.tasks;
+          t.successes += rec.success ? 1 : 0;
+          const auto reached =
+              std::count(rec.subgoals_reached.begin(), rec.subgoals_reached.end(), true);
+          t.subgoals += rec.subgoals_reached.empty()
+                            ? 0.0
+                            : double(reached) / double(rec.subgoals_reached.size());
+        }
+      }
+      const double n = std::max(1, t.tasks);
+      std::printf("%8lld %-20s %6d %8.3f %7.3f %7lld\n", static_cast<long long>(count),
+                  labels[m].c_str(), t.tasks, t.successes / n, t.subgoals / n,
+                  static_cast<long long>(t.invalid));
+      std::fflush(stdout);
+      rows.push_back({{"segments", count},
+                      {"method", labels[m]},
+                      {"spec", methods[m]->spec()},
+                      {"tasks", t.tasks},
+                      {"steps", t.steps},
+                      {"invalid_proposals", t.invalid},
+                      {"success_rate", t.successes / n},
+                      {"subgoal_success_rate", t.subgoals / n}});
+    }
+  }
+  return rows;
+}
+
 }  // namespace
 
 int run_eval_keep(int argc, char** argv) {
   auto with_value = model_flags_with_value();
   with_value.insert({"episodes", "tasks", "max-steps", "segments", "methods", "every", "json"});
-  const Args args(argc, argv, 3, with_value, {});
+  const Args args(argc, argv, 3, with_value, {"closed-loop"});
   const std::vector<int64_t> counts = split_counts(args.str("segments", "10,20,30,40"));
   std::vector<std::unique_ptr<RecomputePolicy>> methods;
   const std::vector<std::string> labels =
@@ -127,12 +220,23 @@ int run_eval_keep(int argc, char** argv) {
   const Decoder& decoder = *model.decoder;
   if (!model.tokenizer) throw UsageError("the model has no tokenizer");
 
-  PrefixKv prefix;
-  bool have_prefix = false;
-  UnitKvStore store;
+  UnitMemory memory;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (args.has("closed-loop")) {
+    nlohmann::json out;
+    out["benchmark"] = "eval-keep-closed-loop";
+    out["model"] = model.name;
+    out["device"] = decoder.device().str();
+    out["episodes"] = episodes;
+    out["first_seed"] = first_seed;
+    out["rows"] = closed_loop(model, memory, methods, labels, counts, args, episodes, first_seed);
+    out["wall_seconds"] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (args.has("json")) std::ofstream(args.str("json", "")) << out.dump(2) << '\n';
+    return 0;
+  }
   std::map<std::pair<int64_t, size_t>, Tally> tallies;  // (segments, method)
   int64_t states = 0, mismatched_tokens = 0, step_index = 0;
-  const auto t0 = std::chrono::steady_clock::now();
   for (int64_t e = 0; e < episodes; ++e) {
     env::SessionOptions so;
     so.seed = first_seed + static_cast<uint64_t>(e);
@@ -154,15 +258,7 @@ int run_eval_keep(int argc, char** argv) {
         for (int64_t count : counts) {
           const KeepHouseholdPrompt hp = assemble_household_prompt(*model.tokenizer, prompt, count);
           mismatched_tokens += hp.tokens_match_text ? 0 : 1;
-          if (!have_prefix) {
-            prefix = compute_prefix_kv(decoder, hp.prefix);
-            have_prefix = true;
-          }
-          AssembledPrompt assembled;
-          assembled.prefix = &prefix;
-          for (const MemoryUnit& u : hp.units)
-            assembled.units.push_back(&store.get(decoder, prefix, u));
-          assembled.query = hp.query;
+          const AssembledPrompt assembled = memory.assemble(decoder, hp);
           const std::vector<int64_t> ids = assembled.tokens();
 
           // The reference: a plain prefill of the same ids.
@@ -245,8 +341,8 @@ int run_eval_keep(int argc, char** argv) {
   out["every"] = every;
   out["states"] = states;
   out["tokenization_mismatches"] = mismatched_tokens;
-  out["unit_kv_computed"] = store.computed();
-  out["unit_kv_reused"] = store.reused();
+  out["unit_kv_computed"] = memory.store.computed();
+  out["unit_kv_reused"] = memory.store.reused();
   out["rows"] = rows;
   out["wall_seconds"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -254,8 +350,8 @@ int run_eval_keep(int argc, char** argv) {
       "states %lld, tokenization mismatches %lld, unit KV computed %lld / reused %lld, "
       "%.0f s\n",
       static_cast<long long>(states), static_cast<long long>(mismatched_tokens),
-      static_cast<long long>(store.computed()), static_cast<long long>(store.reused()),
-      out["wall_seconds"].get<double>());
+      static_cast<long long>(memory.store.computed()),
+      static_cast<long long>(memory.store.reused()), out["wall_seconds"].get<double>());
   if (args.has("json")) std::ofstream(args.str("json", "")) << out.dump(2) << '\n';
   return 0;
 }

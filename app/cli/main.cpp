@@ -111,7 +111,7 @@ void usage() {
       "           [--device D] [--json FILE]\n"
       "  eval keep --model DIR [--episodes N] [--seed S] [--segments 10,20,30,40]\n"
       "           [--methods full-recompute,prefix-cache,full-reuse,cacheblend,keep] [--every K]\n"
-      "           [--json FILE]   (selective recomputation vs full prefill, expert-driven)\n"
+      "           [--closed-loop] [--json FILE]   (selective recomputation vs full prefill)\n"
       "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"
       "           [--max-tokens B]\n"
       "  eval conversation --model DIR [--episodes N] [--seed S] [--policy P] [--kv-budget T]\n"
