@@ -360,6 +360,9 @@ class KeepTest : public QObject {
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_recompute_policy("keep:ratio=0.2"));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_recompute_policy("keep:mean=2"));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_recompute_policy("cacheblend:ratio"));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_recompute_policy("keep:score=sum"));
+    QVERIFY(make_recompute_policy("keep:score=density")->spec().find("score=density") !=
+            std::string::npos);
   }
 
   void promptPastThePositionsIsRefused() {

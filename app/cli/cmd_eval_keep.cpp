@@ -102,7 +102,26 @@ struct Tally {
   double prefill_ms_sum = 0;
   double units_sum = 0;
   double tokens_sum = 0;
+  int64_t recomputed_unit_rows = 0;  // layers 1..L-1
+  int64_t recomputed_example_rows = 0;
+  int64_t example_tokens = 0;  // in the prompts
+  int64_t unit_tokens = 0;
 };
+
+// Where the recomputation went: unit rows of layers 1..L-1 recomputed, and those of examples.
+void count_recomputed(const SelectivePrefill& r, const KeepHouseholdPrompt& hp, Tally& t) {
+  for (const UnitSpan& s : r.layout.units) {
+    t.unit_tokens += s.tokens();
+    if (hp.units[static_cast<size_t>(s.unit)].kind == "example") t.example_tokens += s.tokens();
+  }
+  for (size_t l = 1; l < r.plan.rows.size(); ++l)
+    for (int64_t row : r.plan.rows[l]) {
+      const int64_t u = r.layout.unit_of_row(row);
+      if (u < 0) continue;
+      ++t.recomputed_unit_rows;
+      t.recomputed_example_rows += hp.units[static_cast<size_t>(u)].kind == "example";
+    }
+}
 
 double kl_divergence(const at::Tensor& reference, const at::Tensor& method) {
   const at::Tensor p = at::log_softmax(reference.to(at::kDouble), 0);
@@ -299,6 +318,7 @@ int run_eval_keep(int argc, char** argv) {
             t.prefill_ms_sum += ms;
             t.units_sum += static_cast<double>(hp.units.size());
             t.tokens_sum += static_cast<double>(ids.size());
+            count_recomputed(r, hp, t);
           }
         }
       }
@@ -309,27 +329,33 @@ int run_eval_keep(int argc, char** argv) {
   }
 
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%8s %-20s %6s %7s %7s %9s %9s %8s %8s %9s\n", "segments", "method", "units",
-              "tokens", "action", "1st-tok", "KL", "KL-max", "recomp", "prefill");
+  std::printf("%8s %-20s %6s %7s %7s %9s %9s %8s %8s %9s %8s\n", "segments", "method", "units",
+              "tokens", "action", "1st-tok", "KL", "KL-max", "recomp", "prefill", "ex-share");
   for (const auto& [key, t] : tallies) {
     const double n = static_cast<double>(std::max<int64_t>(1, t.states));
-    nlohmann::json row = {{"segments", key.first},
-                          {"method", labels[key.second]},
-                          {"spec", methods[key.second]->spec()},
-                          {"states", t.states},
-                          {"units_mean", t.units_sum / n},
-                          {"prompt_tokens_mean", t.tokens_sum / n},
-                          {"action_agreement", t.action_agree / n},
-                          {"first_token_agreement", t.first_token_agree / n},
-                          {"expert_agreement", t.expert_agree / n},
-                          {"kl_mean", t.kl_sum / n},
-                          {"kl_max", t.kl_max},
-                          {"recompute_ratio_mean", t.ratio_sum / n},
-                          {"prefill_ms_mean", t.prefill_ms_sum / n}};
-    std::printf("%8lld %-20s %6.1f %7.0f %7.3f %9.3f %9.5f %8.4f %8.3f %7.1fms\n",
+    nlohmann::json row = {
+        {"segments", key.first},
+        {"method", labels[key.second]},
+        {"spec", methods[key.second]->spec()},
+        {"states", t.states},
+        {"units_mean", t.units_sum / n},
+        {"prompt_tokens_mean", t.tokens_sum / n},
+        {"action_agreement", t.action_agree / n},
+        {"first_token_agreement", t.first_token_agree / n},
+        {"expert_agreement", t.expert_agree / n},
+        {"kl_mean", t.kl_sum / n},
+        {"kl_max", t.kl_max},
+        {"recompute_ratio_mean", t.ratio_sum / n},
+        {"prefill_ms_mean", t.prefill_ms_sum / n},
+        {"example_token_share",
+         double(t.example_tokens) / double(std::max<int64_t>(1, t.unit_tokens))},
+        {"recomputed_example_share",
+         double(t.recomputed_example_rows) / double(std::max<int64_t>(1, t.recomputed_unit_rows))}};
+    std::printf("%8lld %-20s %6.1f %7.0f %7.3f %9.3f %9.5f %8.4f %8.3f %7.1fms %8.3f\n",
                 static_cast<long long>(key.first), labels[key.second].c_str(), t.units_sum / n,
                 t.tokens_sum / n, t.action_agree / n, t.first_token_agree / n, t.kl_sum / n,
-                t.kl_max, t.ratio_sum / n, t.prefill_ms_sum / n);
+                t.kl_max, t.ratio_sum / n, t.prefill_ms_sum / n,
+                row["recomputed_example_share"].get<double>());
     rows.push_back(row);
   }
   nlohmann::json out;

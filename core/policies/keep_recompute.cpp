@@ -13,7 +13,8 @@ std::string KeepRecompute::spec() const {
         : r.kind == RecomputeRatioSchedule::Kind::kConstant ? "constant"
                                                             : "code")
     << ",mean=" << r.mean << ",decay=" << r.decay
-    << ",iterations=" << options_.importance.max_iterations;
+    << ",iterations=" << options_.importance.max_iterations
+    << ",score=" << (options_.per_token ? "density" : "mass");
   return s.str();
 }
 
@@ -33,7 +34,15 @@ RecomputeNeeds KeepRecompute::needs(int64_t) const {
 std::vector<int64_t> KeepRecompute::next_rows(const AssembledLayout& layout, int64_t layers,
                                               const LayerEvidence& evidence,
                                               std::vector<ImportanceHop>* hops) {
-  const UnitAttention& a = evidence.unit_attention;
+  UnitAttention a = evidence.unit_attention;
+  if (options_.per_token) {
+    for (size_t b = 0; b < a.units.size(); ++b) {
+      const auto tokens = static_cast<double>(layout.units[a.units[b]].tokens());
+      a.from_query[b] /= tokens;
+      for (auto& row : a.from_unit)
+        row[b] /= tokens;
+    }
+  }
   const int64_t retrieved = static_cast<int64_t>(layout.units.size());
   // The set never grows: at most the units still recomputed.
   const int64_t keep =

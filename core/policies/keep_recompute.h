@@ -21,6 +21,10 @@ namespace engram {
 struct KeepRecomputeOptions {
   RecomputeRatioSchedule schedule;
   ImportanceOptions importance;
+  // false (the paper's): a unit's score is the attention mass on it (summed over its tokens).
+  // true (`score=density`, an Engram experiment): the mass divided by the unit's tokens, so long
+  // units (the few-shot examples) do not win by length alone (docs/keep.md, fidelity).
+  bool per_token = false;
 };
 
 class KeepRecompute : public RecomputePolicy {

@@ -88,8 +88,15 @@ std::unique_ptr<RecomputePolicy> make_recompute_policy(const std::string& spec) 
     return std::make_unique<CacheBlendRecompute>(ratio);
   }
   if (name == "keep") {
-    refuse_unknown(spec, options, ",mean,decay,schedule,iterations,");
+    refuse_unknown(spec, options, ",mean,decay,schedule,iterations,score,");
     KeepRecomputeOptions o;
+    if (options.count("score")) {
+      const std::string& v = options.at("score");
+      if (v != "mass" && v != "density")
+        throw std::invalid_argument("recompute policy '" + spec +
+                                    "': score must be mass or density");
+      o.per_token = v == "density";
+    }
     if (options.count("schedule")) {
       const std::string& s = options.at("schedule");
       if (s == "decreasing") {
