@@ -45,10 +45,7 @@ int run_eval_embodied(int argc, char** argv) {
   nlohmann::json task_records = nlohmann::json::array();
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t e = 0; e < episodes; ++e) {
-    env::SessionOptions so;
-    so.seed = first_seed + static_cast<uint64_t>(e);
-    so.task_count = static_cast<int>(args.integer("tasks", 3));
-    so.max_steps_per_task = static_cast<int>(args.integer("max-steps", 60));
+    const env::SessionOptions so = episode_session_options(args, first_seed, e);
     env::HouseholdSession session(so);
     while (!session.finished()) {
       // Agreement with the expert in the same state: the per-step skill behind the task rate

@@ -18,6 +18,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/keep_household.h"
 #include "app/cli/model_loading.h"
+#include "app/cli/model_planner.h"
 #include "core/engine/selective_recompute.h"
 #include "core/env/embodied_prompt.h"
 #include "core/env/expert_planner.h"
@@ -171,11 +172,7 @@ nlohmann::json closed_loop(const LoadedModel& model, UnitMemory& memory,
     for (size_t m = 0; m < methods.size(); ++m) {
       LoopTally t;
       for (int64_t e = 0; e < episodes; ++e) {
-        env::SessionOptions so;
-        so.seed = first_seed + static_cast<uint64_t>(e);
-        so.task_count = static_cast<int>(args.integer("tasks", 3));
-        so.max_steps_per_task = static_cast<int>(args.integer("max-steps", 60));
-        env::HouseholdSession session(so);
+        env::HouseholdSession session(episode_session_options(args, first_seed, e));
         while (!session.finished()) {
           const env::EmbodiedPrompt prompt = env::build_embodied_prompt(
               session.memory(), *session.current_task(), session.task_actions());
@@ -257,11 +254,7 @@ int run_eval_keep(int argc, char** argv) {
   std::map<std::pair<int64_t, size_t>, Tally> tallies;  // (segments, method)
   int64_t states = 0, mismatched_tokens = 0, step_index = 0;
   for (int64_t e = 0; e < episodes; ++e) {
-    env::SessionOptions so;
-    so.seed = first_seed + static_cast<uint64_t>(e);
-    so.task_count = static_cast<int>(args.integer("tasks", 3));
-    so.max_steps_per_task = static_cast<int>(args.integer("max-steps", 60));
-    env::HouseholdSession session(so);
+    env::HouseholdSession session(episode_session_options(args, first_seed, e));
     while (!session.finished()) {
       const std::optional<env::Action> expert =
           env::expert_next_action(session.world(), *session.current_task());

@@ -5,6 +5,15 @@
 
 namespace engram::cli {
 
+env::SessionOptions episode_session_options(const Args& args, uint64_t first_seed,
+                                            int64_t episode) {
+  env::SessionOptions so;
+  so.seed = first_seed + static_cast<uint64_t>(episode);
+  so.task_count = static_cast<int>(args.integer("tasks", 3));
+  so.max_steps_per_task = static_cast<int>(args.integer("max-steps", 60));
+  return so;
+}
+
 PlannerProposal propose_action(LoadedModel& model, const env::HouseholdSession& session,
                                MemoryPolicy* policy) {
   constexpr int64_t kMaxActionTokens = 24;  // the longest action is ~12 tokens

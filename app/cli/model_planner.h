@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "app/cli/cli_args.h"
 #include "core/engine/loaded_model.h"
 #include "core/env/household_action.h"
 #include "core/env/household_session.h"
@@ -24,6 +25,10 @@ struct PlannerProposal {
 
 // One proposal for the session's current task (the session must not be finished).
 // `policy` (may be null: full KV) bounds the prompt's KV.
+// The household session of evaluation episode `episode` (seed first_seed + episode), with the
+// --tasks (3) and --max-steps (60) flags that eval embodied and eval keep share.
+env::SessionOptions episode_session_options(const Args& args, uint64_t first_seed, int64_t episode);
+
 PlannerProposal propose_action(LoadedModel& model, const env::HouseholdSession& session,
                                MemoryPolicy* policy = nullptr);
 
