@@ -11,10 +11,10 @@ int run_bench_restore(int argc, char** argv);  // `bench restore`, dispatched by
 int run_bench_oxygen(int argc, char** argv);   // `bench oxygen`, dispatched by run_bench
 int run_bench_pages(int argc, char** argv);    // `bench pages`: unit loads from the pinned pool
 int run_logits(int argc, char** argv);
-int run_sim(int argc, char** argv);                  // the household simulator, interactive
-int run_export_embodied(int argc, char** argv);      // `export embodied`: expert training data
-int run_eval_embodied(int argc, char** argv);        // `eval embodied`: the model as planner
-int run_eval_keep(int argc, char** argv);  // `eval keep`: selective recomputation fidelity
+int run_sim(int argc, char** argv);              // the household simulator, interactive
+int run_export_embodied(int argc, char** argv);  // `export embodied`: expert training data
+int run_eval_embodied(int argc, char** argv);    // `eval embodied`: the model as planner
+int run_eval_keep(int argc, char** argv);        // `eval keep`: selective recomputation fidelity
 int run_export_conversation(int argc, char** argv);  // `export conversation`: QA/chat data
 int run_eval_conversation(int argc, char** argv);    // `eval conversation`: QA over history
 int run_export_chat(int argc, char** argv);  // `export chat`: a profile's conversations to a file
