@@ -1,6 +1,7 @@
 #include "gpu/key_kmeans.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace engram::gpu {
 namespace {
@@ -34,6 +35,11 @@ at::Tensor kmeans_update_reference(const at::Tensor& keys, const at::Tensor& ass
   if (assignment.dim() != 2 || assignment.size(0) != keys.size(0) ||
       assignment.size(1) != keys.size(1) || assignment.scalar_type() != at::kLong) {
     throw std::invalid_argument("kmeans_update: assignment must be [H, N] int64");
+  }
+  if (assignment.numel() && (assignment.min().item<int64_t>() < 0 ||
+                             assignment.max().item<int64_t>() >= centroids.size(1))) {
+    throw std::out_of_range("kmeans_update: an assignment lies outside 0.." +
+                            std::to_string(centroids.size(1) - 1));
   }
   const int64_t d = keys.size(2);
   at::Tensor sums = at::zeros_like(centroids);

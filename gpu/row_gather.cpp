@@ -27,7 +27,9 @@ void gather_rows_reference(at::Tensor& dst, const at::Tensor& src, const at::Ten
     const at::Tensor head = r.select(0, h);
     const at::Tensor valid = head.ge(0).nonzero().view({-1});
     if (valid.numel() == 0) continue;
-    const at::Tensor picked = src.select(0, h).index_select(0, head.index_select(0, valid));
+    // The index on src's device: index_select does not take a host index for a device src.
+    const at::Tensor picked =
+        src.select(0, h).index_select(0, head.index_select(0, valid).to(src.device()));
     dst.select(0, h).index_copy_(0, valid.to(dst.device()), picked.to(dst.device()));
   }
 }
