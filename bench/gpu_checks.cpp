@@ -16,12 +16,15 @@
 #include "core/kv/pinned_kv_source.h"
 #include "core/runtime/attention.h"
 #include "core/trace/trace_recorder.h"
+#include "gpu/budgeted_select.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
+#include "gpu/key_kmeans.h"
 #include "gpu/page_gather.h"
 #include "gpu/rms_norm.h"
 #include "gpu/rope_kv_write.h"
 #include "gpu/rope_rotate.h"
+#include "gpu/row_gather.h"
 
 using namespace engram;
 
@@ -329,6 +332,199 @@ nlohmann::json check_page_pool(bool& ok) {
   return out;
 }
 
+// LouisKV's kernels (issue 17) against their reference bodies: k-means assignment (near-ties,
+// whose best two cosines are within 1e-5, may go either way and are not compared) and update,
+// budgeted selection, the row gather from a pinned and a device pool; then one timing each at
+// a LouisKV-sized layer.
+nlohmann::json check_louiskv_kernels(bool& ok) {
+  nlohmann::json out;
+  const at::Device cuda(at::kCUDA, 0);
+  auto line = [&](const std::string& what, bool pass, const std::string& detail) {
+    std::fprintf(stderr, "%s louiskv %s: %s\n", pass ? "PASS" : "FAIL", what.c_str(),
+                 detail.c_str());
+    ok = ok && pass;
+    return pass;
+  };
+  struct KmeansShape {
+    int64_t heads, keys, clusters, dim;
+  };
+  nlohmann::json kmeans = nlohmann::json::array();
+  for (auto dtype : {at::kFloat, at::kBFloat16}) {
+    for (const KmeansShape& s :
+         {KmeansShape{2, 1000, 37, 128}, KmeansShape{8, 333, 64, 64},
+          KmeansShape{1, 4097, 256, 128}, KmeansShape{3, 5, 1, 80}, KmeansShape{4, 200, 300, 96}}) {
+      at::manual_seed(s.keys * s.clusters);
+      const at::Tensor keys = (at::randn({s.heads, s.keys, s.dim}) + 0.3).to(dtype);
+      const at::Tensor centroids = at::randn({s.heads, s.clusters, s.dim});
+      const at::Tensor unit = centroids / centroids.norm(2, -1, true);
+      const at::Tensor ref = gpu::kmeans_assign_reference(keys, unit);
+      const at::Tensor got = gpu::kmeans_assign(keys.to(cuda), unit.to(cuda)).cpu();
+      const at::Tensor cos =
+          at::bmm(keys.to(at::kFloat) / keys.to(at::kFloat).norm(2, -1, true).clamp_min(1e-12),
+                  unit.transpose(1, 2));
+      at::Tensor decided = at::ones_like(ref, at::kBool);
+      if (s.clusters > 1) {
+        const at::Tensor top = std::get<0>(cos.topk(2, -1));
+        decided = (top.select(-1, 0) - top.select(-1, 1)).gt(1e-5);
+      }
+      const int64_t wrong = got.ne(ref).logical_and(decided).sum().item<int64_t>();
+      const int64_t skipped = decided.logical_not().sum().item<int64_t>();
+      // Update from the reference assignment, so that both sides sum the same clusters (with
+      // more clusters than keys some stay empty and keep their centroid).
+      const at::Tensor ref_c = gpu::kmeans_update_reference(keys, ref, unit);
+      const at::Tensor got_c = gpu::kmeans_update(keys.to(cuda), ref.to(cuda), unit.to(cuda)).cpu();
+      const double err = (got_c - ref_c).abs().max().item<double>();
+      const std::string shape = std::string(c10::toString(dtype)) + " " + std::to_string(s.heads) +
+                                "x" + std::to_string(s.keys) + "x" + std::to_string(s.clusters) +
+                                "x" + std::to_string(s.dim);
+      line("kmeans_assign " + shape, wrong == 0,
+           std::to_string(wrong) + " differ, " + std::to_string(skipped) + " near-ties skipped");
+      line("kmeans_update " + shape, err <= 2e-5, "max abs error " + std::to_string(err));
+      kmeans.push_back({{"dtype", c10::toString(dtype)},
+                        {"heads", s.heads},
+                        {"keys", s.keys},
+                        {"clusters", s.clusters},
+                        {"head_dim", s.dim},
+                        {"assign_differing", wrong},
+                        {"assign_near_ties_skipped", skipped},
+                        {"update_max_abs_error", err},
+                        {"update_tolerance", 2e-5}});
+    }
+  }
+  out["kmeans"] = kmeans;
+
+  nlohmann::json select = nlohmann::json::array();
+  for (int64_t units : {1, 7, 64, 1000, 4096, 5000, 16384, 16385}) {
+    at::manual_seed(units);
+    // Few distinct scores (ties), zero sizes, and budgets from nothing to more than all units;
+    // 5000 and 16384 units need more than 48 KiB of shared memory, 16385 take the reference.
+    const at::Tensor scores = at::randint(0, 6, {4, units}).to(at::kFloat);
+    const at::Tensor sizes = at::randint(0, 40, {4, units}, at::kLong);
+    const at::Tensor offsets = at::randint(0, 1 << 20, {4, units}, at::kLong);
+    const int64_t total = sizes.sum(1).max().item<int64_t>();
+    for (int64_t budget : {int64_t{0}, int64_t{1}, int64_t{37}, total / 2, total + 100}) {
+      const at::Tensor ref = gpu::budgeted_select_rows_reference(scores, sizes, offsets, budget);
+      const at::Tensor got =
+          gpu::budgeted_select_rows(scores.to(cuda), sizes.to(cuda), offsets.to(cuda), budget)
+              .cpu();
+      const bool same = got.sizes() == ref.sizes() && at::equal(got, ref);
+      line("budgeted_select_rows units " + std::to_string(units) + " budget " +
+               std::to_string(budget),
+           same, same ? "equal" : "differs");
+      select.push_back({{"units", units}, {"budget", budget}, {"equal", same}});
+    }
+  }
+  out["budgeted_select_rows"] = select;
+
+  nlohmann::json gather = nlohmann::json::array();
+  struct GatherShape {
+    at::ScalarType dtype;
+    int64_t heads, pool, picked, dim;
+  };
+  for (const GatherShape& s :
+       {GatherShape{at::kBFloat16, 8, 3000, 1024, 128}, GatherShape{at::kFloat, 4, 500, 77, 64},
+        GatherShape{at::kHalf, 2, 100, 40, 96}, GatherShape{at::kFloat, 3, 50, 20, 3}}) {
+    at::manual_seed(s.pool);
+    // The second layer of a pinned pool: the kernel reads from inside a pinned allocation.
+    at::Tensor pool = gpu::empty_pinned({2, s.heads, s.pool, s.dim}, s.dtype);
+    pool.copy_(at::randn({2, s.heads, s.pool, s.dim}).to(s.dtype));
+    const at::Tensor pinned = pool[1];
+    // Rows with -1 holes; dst a view of a wider working set (rows 5.. of picked + 9).
+    at::Tensor rows = at::randint(0, s.pool, {s.heads, s.picked}, at::kLong);
+    rows.masked_fill_(at::rand({s.heads, s.picked}).lt(0.1), -1);
+    at::Tensor expected = at::full({s.heads, s.picked + 9, s.dim}, 3.f, s.dtype);
+    at::Tensor expected_view = expected.narrow(1, 5, s.picked + 2);
+    gpu::gather_rows_reference(expected_view, pinned, rows);
+    for (const bool from_device : {false, true}) {
+      const at::Tensor src = from_device ? pinned.to(cuda) : pinned;
+      at::Tensor buffer = at::full({s.heads, s.picked + 9, s.dim}, 3.f,
+                                   at::TensorOptions().dtype(s.dtype).device(cuda));
+      at::Tensor view = buffer.narrow(1, 5, s.picked + 2);
+      gpu::gather_rows(view, src, rows.to(cuda));
+      const bool same = at::equal(buffer.cpu(), expected);
+      const std::string what = std::string(c10::toString(s.dtype)) + " " + std::to_string(s.heads) +
+                               "x" + std::to_string(s.picked) + "x" + std::to_string(s.dim) +
+                               (from_device ? " device" : " pinned");
+      line("gather_rows " + what, same, same ? "equal" : "differs");
+      gather.push_back({{"dtype", c10::toString(s.dtype)},
+                        {"heads", s.heads},
+                        {"rows", s.picked},
+                        {"head_dim", s.dim},
+                        {"source", from_device ? "device" : "pinned"},
+                        {"equal", same}});
+    }
+  }
+  out["gather_rows"] = gather;
+
+  {
+    // 32 layers' loads of 1024 rows x 8 heads x 128 bf16 from a pinned pool of 4096 rows per
+    // layer (each layer its own memory, so that no load is served from the L2 of the last).
+    const int64_t layers = 32, heads = 8, pool = 4096, picked = 1024, dim = 128;
+    at::Tensor host = gpu::empty_pinned({layers, heads, pool, dim}, at::kBFloat16);
+    host.fill_(1);
+    const at::Tensor rows = at::randperm(pool, at::kLong)
+                                .narrow(0, 0, picked)
+                                .unsqueeze(0)
+                                .expand({heads, picked})
+                                .contiguous()
+                                .to(cuda);
+    at::Tensor dst =
+        at::empty({heads, picked, dim}, at::TensorOptions().dtype(at::kBFloat16).device(cuda));
+    double best_ms = 1e30;
+    for (int rep = 0; rep < 6; ++rep) {
+      gpu::synchronize(cuda);
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t l = 0; l < layers; ++l)
+        gpu::gather_rows(dst, host[l], rows);
+      gpu::synchronize(cuda);
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (rep > 0) best_ms = std::min(best_ms, ms);  // the first warms up
+    }
+    const double bytes = static_cast<double>(layers * heads * picked * dim * 2);
+    const double gbps = bytes / (best_ms * 1e6);
+    std::fprintf(stderr,
+                 "TIME louiskv gather_rows pinned: 32 layers x 1024 rows x 8 heads x 128 bf16 "
+                 "(%.1f MiB) in %.3f ms = %.1f GB/s\n",
+                 bytes / (1 << 20), best_ms, gbps);
+    out["gather_rows_pinned_timing"] = {{"layers", layers}, {"rows", picked}, {"heads", heads},
+                                        {"head_dim", dim},  {"bytes", bytes}, {"best_ms", best_ms},
+                                        {"gbps", gbps}};
+  }
+  {
+    // One k-means iteration (assign + update) at 8 heads x 32768 keys x 2048 clusters x 128.
+    const int64_t heads = 8, n = 32768, k = 2048, dim = 128;
+    const auto opts = at::TensorOptions().device(cuda);
+    const at::Tensor keys = at::randn({heads, n, dim}, opts).to(at::kBFloat16);
+    at::Tensor centroids = at::randn({heads, k, dim}, opts);
+    centroids = centroids / centroids.norm(2, -1, true);
+    double assign_ms = 1e30, update_ms = 1e30;
+    for (int rep = 0; rep < 4; ++rep) {
+      gpu::synchronize(cuda);
+      auto t0 = std::chrono::steady_clock::now();
+      const at::Tensor assignment = gpu::kmeans_assign(keys, centroids);
+      gpu::synchronize(cuda);
+      auto t1 = std::chrono::steady_clock::now();
+      const at::Tensor updated = gpu::kmeans_update(keys, assignment, centroids);
+      gpu::synchronize(cuda);
+      auto t2 = std::chrono::steady_clock::now();
+      if (rep == 0) continue;  // warm-up
+      assign_ms = std::min(assign_ms, std::chrono::duration<double, std::milli>(t1 - t0).count());
+      update_ms = std::min(update_ms, std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    std::fprintf(stderr,
+                 "TIME louiskv kmeans: 8 heads x 32768 bf16 keys x 2048 clusters x 128, one "
+                 "iteration: assign %.3f ms + update %.3f ms = %.3f ms\n",
+                 assign_ms, update_ms, assign_ms + update_ms);
+    out["kmeans_iteration_timing"] = {
+        {"heads", heads},         {"keys", n},
+        {"clusters", k},          {"head_dim", dim},
+        {"key_dtype", "bf16"},    {"assign_ms", assign_ms},
+        {"update_ms", update_ms}, {"iteration_ms", assign_ms + update_ms}};
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -350,6 +546,7 @@ int main(int argc, char** argv) {
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
+  out["louiskv_kernels"] = check_louiskv_kernels(ok);
   out["pinned_host_source"] = check_pinned_source(shape, prefix, tokens, ok);
   out["paged_pool"] = check_page_pool(ok);
   out["ok"] = ok;

@@ -1,0 +1,279 @@
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "gpu/key_kmeans.h"
+
+namespace engram::gpu {
+namespace {
+
+__device__ float to_f(float v) {
+  return v;
+}
+__device__ float to_f(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+__device__ float to_f(__half v) {
+  return __half2float(v);
+}
+
+// Assignment tiles: a block scores kAssignKeys keys against the head's centroids, kAssignCents
+// at a time, over kAssignDims dimensions per step through shared memory; each of its 16 x 16
+// threads owns 4 keys x 4 centroids. The running argmax stays in registers, so the [N, K] score
+// matrix a bmm would need (2 GiB at 8 heads x 32768 keys x 2048 centroids) never exists.
+constexpr int kAssignKeys = 64;
+constexpr int kAssignCents = 64;
+constexpr int kAssignDims = 32;
+constexpr int kAssignThreads = 256;
+constexpr int kPerThread = 4;
+constexpr int kSide = 16;  // kAssignKeys / kPerThread == kAssignCents / kPerThread
+static_assert(kAssignKeys == kAssignCents && kSide * kSide == kAssignThreads &&
+              kSide * kPerThread == kAssignKeys);
+
+// (score, index) with ties to the lower index: the order of the reference's argmax.
+__device__ bool better(float score, int64_t index, float best, int64_t best_index) {
+  return score > best || (score == best && index < best_index);
+}
+
+// Keys are not normalised: cos(key, c) = key·c / |key| and |key| > 0 is common to every
+// centroid of that key, so the argmax is the same (a zero key scores 0 everywhere: cluster 0,
+// as the reference's 0/1e-12 does). Keys of one tile beyond n are zeros and never written.
+template <typename T>
+__global__ void kmeans_assign_kernel(const T* keys, const float* centroids, int64_t* assignment,
+                                     int64_t n, int64_t k, int64_t d) {
+  // [dim][key] and [dim][centroid], padded so that the transposing stores hit distinct banks.
+  __shared__ float key_tile[kAssignDims][kAssignKeys + 1];
+  __shared__ float cent_tile[kAssignDims][kAssignCents + 1];
+  __shared__ float best_score[kAssignKeys][kSide];
+  __shared__ int64_t best_cent[kAssignKeys][kSide];
+
+  const int64_t head = blockIdx.y;
+  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kAssignKeys;
+  const T* head_keys = keys + head * n * d;
+  const float* head_cents = centroids + head * k * d;
+  const int tx = threadIdx.x % kSide;  // centroids tx, tx + 16, tx + 32, tx + 48 of a tile
+  const int ty = threadIdx.x / kSide;  // keys 4 ty .. 4 ty + 3 of the block's tile
+
+  float best[kPerThread];
+  int64_t best_index[kPerThread];
+  for (int i = 0; i < kPerThread; ++i) {
+    best[i] = -INFINITY;
+    best_index[i] = k;  // loses every comparison with a real centroid
+  }
+
+  for (int64_t c0 = 0; c0 < k; c0 += kAssignCents) {
+    float dot[kPerThread][kPerThread] = {};
+    for (int64_t d0 = 0; d0 < d; d0 += kAssignDims) {
+      for (int e = threadIdx.x; e < kAssignKeys * kAssignDims; e += kAssignThreads) {
+        const int row = e / kAssignDims, col = e % kAssignDims;
+        const int64_t key = key0 + row, dim = d0 + col;
+        key_tile[col][row] = key < n && dim < d ? to_f(head_keys[key * d + dim]) : 0.f;
+        const int64_t cent = c0 + row;
+        cent_tile[col][row] = cent < k && dim < d ? head_cents[cent * d + dim] : 0.f;
+      }
+      __syncthreads();
+#pragma unroll 8
+      for (int j = 0; j < kAssignDims; ++j) {
+        float a[kPerThread], b[kPerThread];
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+          a[i] = key_tile[j][ty * kPerThread + i];
+          b[i] = cent_tile[j][tx + i * kSide];
+        }
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i)
+#pragma unroll
+          for (int c = 0; c < kPerThread; ++c)
+            dot[i][c] = fmaf(a[i], b[c], dot[i][c]);
+      }
+      __syncthreads();
+    }
+    // This thread's centroids come in increasing order, so a strict comparison already keeps
+    // the lower index of a tie; `better` is for the merge across threads below.
+#pragma unroll
+    for (int c = 0; c < kPerThread; ++c) {
+      const int64_t cent = c0 + tx + c * kSide;
+      if (cent >= k) continue;
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) {
+        if (better(dot[i][c], cent, best[i], best_index[i])) {
+          best[i] = dot[i][c];
+          best_index[i] = cent;
+        }
+      }
+    }
+  }
+
+  for (int i = 0; i < kPerThread; ++i) {
+    best_score[ty * kPerThread + i][tx] = best[i];
+    best_cent[ty * kPerThread + i][tx] = best_index[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < kAssignKeys && key0 + threadIdx.x < n) {
+    float score = best_score[threadIdx.x][0];
+    int64_t index = best_cent[threadIdx.x][0];
+    for (int t = 1; t < kSide; ++t) {
+      if (better(best_score[threadIdx.x][t], best_cent[threadIdx.x][t], score, index)) {
+        score = best_score[threadIdx.x][t];
+        index = best_cent[threadIdx.x][t];
+      }
+    }
+    // A key whose every score is NaN keeps no centroid; cluster 0 rather than an invalid k.
+    assignment[head * n + key0 + threadIdx.x] = index < k ? index : 0;
+  }
+}
+
+// One warp per key: its unit vector is added to its cluster's sum (the reference's
+// scatter_add of unit_rows). Float atomics make the summation order vary from run to run,
+// by rounding only.
+template <typename T>
+__global__ void kmeans_accumulate_kernel(const T* keys, const int64_t* assignment, float* sums,
+                                         int64_t heads, int64_t n, int64_t k, int64_t d) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       item < heads * n; item += warps) {
+    const int64_t head = item / n;
+    const int64_t cluster = assignment[item];
+    if (cluster < 0 || cluster >= k) continue;  // checked on the host; never written out of place
+    const T* key = keys + item * d;
+    float square = 0.f;
+    for (int64_t i = lane; i < d; i += 32) {
+      const float v = to_f(key[i]);
+      square += v * v;
+    }
+    for (int offset = 16; offset > 0; offset /= 2)
+      square += __shfl_xor_sync(0xffffffff, square, offset);
+    const float inv = 1.f / fmaxf(sqrtf(square), 1e-12f);
+    float* sum = sums + (head * k + cluster) * d;
+    for (int64_t i = lane; i < d; i += 32)
+      atomicAdd(sum + i, to_f(key[i]) * inv);
+  }
+}
+
+// One warp per (head, cluster): normalise the sum, or keep the old centroid when it is
+// (numerically) zero: an empty cluster, or keys that cancel.
+__global__ void kmeans_normalise_kernel(const float* sums, const float* centroids, float* out,
+                                        int64_t clusters, int64_t d) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+       item < clusters; item += warps) {
+    const float* sum = sums + item * d;
+    float square = 0.f;
+    for (int64_t i = lane; i < d; i += 32)
+      square += sum[i] * sum[i];
+    for (int offset = 16; offset > 0; offset /= 2)
+      square += __shfl_xor_sync(0xffffffff, square, offset);
+    const float norm = sqrtf(square);
+    for (int64_t i = lane; i < d; i += 32)
+      out[item * d + i] = norm > 1e-12f ? sum[i] / norm : centroids[item * d + i];
+  }
+}
+
+constexpr int kWarpThreads = 256;
+
+int64_t warp_blocks(int64_t items) {
+  const int64_t per_block = kWarpThreads / 32;
+  return std::max<int64_t>(1, std::min<int64_t>((items + per_block - 1) / per_block, 65536));
+}
+
+// f32, bf16 and f16 keys are read as they are; any other float dtype goes through f32.
+at::Tensor readable_keys(const at::Tensor& keys) {
+  const at::ScalarType t = keys.scalar_type();
+  if (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) return keys.contiguous();
+  if (!at::isFloatingType(t)) throw std::invalid_argument("kmeans: keys must be a float dtype");
+  return keys.to(at::kFloat).contiguous();
+}
+
+template <typename T>
+void launch_assign(const at::Tensor& keys, const at::Tensor& centroids, at::Tensor& assignment) {
+  const int64_t heads = keys.size(0), n = keys.size(1), d = keys.size(2), k = centroids.size(1);
+  const dim3 grid((n + kAssignKeys - 1) / kAssignKeys, heads);
+  kmeans_assign_kernel<T><<<grid, kAssignThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      reinterpret_cast<const T*>(keys.data_ptr()), centroids.data_ptr<float>(),
+      assignment.data_ptr<int64_t>(), n, k, d);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+template <typename T>
+void launch_accumulate(const at::Tensor& keys, const at::Tensor& assignment, at::Tensor& sums) {
+  const int64_t heads = keys.size(0), n = keys.size(1), d = keys.size(2), k = sums.size(1);
+  kmeans_accumulate_kernel<T>
+      <<<warp_blocks(heads * n), kWarpThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+          reinterpret_cast<const T*>(keys.data_ptr()), assignment.data_ptr<int64_t>(),
+          sums.data_ptr<float>(), heads, n, k, d);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+at::Tensor kmeans_assign_cuda(const at::Tensor& keys, const at::Tensor& centroids) {
+  const at::Tensor k = readable_keys(keys);
+  const at::Tensor c = centroids.contiguous();
+  at::Tensor assignment = at::empty({k.size(0), k.size(1)}, k.options().dtype(at::kLong));
+  if (assignment.numel() == 0) return assignment;
+  if (c.size(1) == 0) throw std::invalid_argument("kmeans_assign: no centroids");
+  if (k.size(2) == 0) return assignment.zero_();  // every score 0: the lowest cluster
+  switch (k.scalar_type()) {
+    case at::kFloat:
+      launch_assign<float>(k, c, assignment);
+      break;
+    case at::kBFloat16:
+      launch_assign<__nv_bfloat16>(k, c, assignment);
+      break;
+    default:
+      launch_assign<__half>(k, c, assignment);
+      break;
+  }
+  return assignment;
+}
+
+at::Tensor kmeans_update_cuda(const at::Tensor& keys, const at::Tensor& assignment,
+                              const at::Tensor& centroids) {
+  if (assignment.dim() != 2 || assignment.size(0) != keys.size(0) ||
+      assignment.size(1) != keys.size(1) || assignment.scalar_type() != at::kLong) {
+    throw std::invalid_argument("kmeans_update: assignment must be [H, N] int64");
+  }
+  const at::Tensor k = readable_keys(keys);
+  const at::Tensor a = assignment.to(k.device()).contiguous();
+  const at::Tensor c = centroids.contiguous();
+  // One synchronisation per update (not per assignment): a cluster outside 0..K-1 is an error,
+  // as the reference's scatter_add makes it, not a silently dropped key.
+  if (a.numel()) {
+    const auto [lowest, highest] = at::aminmax(a);
+    if (lowest.item<int64_t>() < 0 || highest.item<int64_t>() >= c.size(1)) {
+      throw std::out_of_range("kmeans_update: an assignment lies outside 0.." +
+                              std::to_string(c.size(1) - 1));
+    }
+  }
+  at::Tensor sums = at::zeros_like(c);
+  if (a.numel() && k.size(2)) {
+    switch (k.scalar_type()) {
+      case at::kFloat:
+        launch_accumulate<float>(k, a, sums);
+        break;
+      case at::kBFloat16:
+        launch_accumulate<__nv_bfloat16>(k, a, sums);
+        break;
+      default:
+        launch_accumulate<__half>(k, a, sums);
+        break;
+    }
+  }
+  at::Tensor out = at::empty_like(c);
+  const int64_t clusters = c.size(0) * c.size(1);
+  if (clusters == 0 || c.size(2) == 0) return out;
+  kmeans_normalise_kernel<<<warp_blocks(clusters), kWarpThreads, 0,
+                            at::cuda::getCurrentCUDAStream()>>>(
+      sums.data_ptr<float>(), c.data_ptr<float>(), out.data_ptr<float>(), clusters, c.size(2));
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return out;
+}
+
+}  // namespace engram::gpu
