@@ -70,10 +70,11 @@ PolicyChoice policy_choice_from_args(const Args& args, const std::string& fallba
     if (choice.kv_budget < 0) throw std::invalid_argument("--kv-budget must not be negative");
     if (choice.kv_budget > 0 && choice.kv_budget < 16)
       throw std::invalid_argument("--kv-budget must be at least 16 tokens");
-    if (!policy->spec().empty() && policy->name() == "full" && choice.kv_budget > 0) {
-      throw std::invalid_argument(
-          "policy 'full' keeps every token; --kv-budget needs a policy "
-          "that evicts (streaming, snapkv)");
+    if (policy->keeps_every_token() && choice.kv_budget > 0) {
+      throw std::invalid_argument("policy '" + policy->name() +
+                                  "' keeps every token in the working set; --kv-budget needs a "
+                                  "policy that evicts (streaming, snapkv; a retrieval budget is "
+                                  "louiskv:budget=N)");
     }
   } catch (const std::invalid_argument& e) {
     throw UsageError(e.what());

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "core/kv/cache_kv_source.h"
+#include "core/kv/retrieval_kv_source.h"
 #include "core/policies/full_policy.h"
 #include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
@@ -45,10 +46,12 @@ bool shrink_to(MemoryPolicy& policy, KvWorkingSet& ws, const Decoder& decoder, i
   return true;
 }
 
-// One forward of `tokens` at the working set's next positions, with the policy's hooks.
+// One forward of `tokens` at the working set's next positions, with the policy's hooks. The
+// tokens' KV lands in the working set; attention sees it too, or what `retrieval` serves.
 at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                          const std::vector<int64_t>& tokens, ForwardPhase phase, int64_t step,
-                         gpu::DeviceTimeline& timeline, TraceRecorder* trace) {
+                         gpu::DeviceTimeline& timeline, TraceRecorder* trace,
+                         RetrievalKvSource* retrieval = nullptr) {
   const int64_t len = static_cast<int64_t>(tokens.size());
   BlockInfo block;
   block.phase = phase;
@@ -66,7 +69,8 @@ at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorking
   if (!req.probe_rows.empty() || policy.wants_layers(phase))
     req.on_layer = [&policy](const LayerView& view) { policy.on_layer(view); };
   CacheKvSource source(ws.cache());
-  at::Tensor logits = decoder.forward(req, source, timeline, trace).logits;
+  KvSource& attend = retrieval ? static_cast<KvSource&>(*retrieval) : source;
+  at::Tensor logits = decoder.forward(req, attend, timeline, trace).logits;
   ws.appended(len);
   return logits;
 }
@@ -175,13 +179,32 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
   const int64_t room = bounded ? options.max_new_tokens
                                : std::min(options.max_new_tokens, config.max_positions - total);
   if (!ws.fixed_capacity()) ws.cache().ensure_room(static_cast<int64_t>(new_tokens.size()) + room);
-  at::Tensor logits =
-      prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get());
+  // Decode-time retrieval (LouisKV, Quest): attention of decode tokens is served from a pool built
+  // over the working set; every token still lands in the working set, which stays exact.
+  RetrievalPolicy* const retrieval = policy.decode_retrieval();
+  std::unique_ptr<RetrievalKvSource> retrieving;
+  at::Tensor logits;
+  if (retrieval && retrieval->settings().prompt_by_decode && ws.tokens() > 0 &&
+      ws.next_position() + static_cast<int64_t>(new_tokens.size()) <= config.max_positions) {
+    // Quest's long-input method: the new prompt is fed token by token through retrieval.
+    retrieving = std::make_unique<RetrievalKvSource>(
+        *retrieval, ws.cache(), static_cast<int64_t>(new_tokens.size()) + room, &ws.cache());
+    for (size_t i = 0; i < new_tokens.size(); ++i) {
+      if (ws.fixed_capacity() && ws.tokens() + 1 > ws.cache().capacity())
+        throw std::out_of_range("the prompt does not fit the working set beside its budget");
+      logits = forward_block(decoder, policy, ws, {new_tokens[i]}, ForwardPhase::kDecode, 0,
+                             timeline, trace.get(), retrieving.get())
+                   .view({-1});
+    }
+  } else {
+    logits = prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get());
+  }
   // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h) over the
-  // working set's fixed slots, whatever the policy keeps there; a traced request, or a policy that
-  // watches decode layers, keeps the per-layer path.
+  // working set's fixed slots, whatever the policy keeps there; a traced request, a policy that
+  // watches decode layers, or decode-time retrieval keeps the per-layer path.
   std::unique_ptr<StaticDecodeStep> static_step;
-  if (decoder.device().is_cuda() && !trace && !policy.wants_layers(ForwardPhase::kDecode)) {
+  if (decoder.device().is_cuda() && !trace && !retrieval &&
+      !policy.wants_layers(ForwardPhase::kDecode)) {
     static_step = std::make_unique<StaticDecodeStep>(decoder, ws.cache());
   }
   const SamplingOptions& sampling = sampler.options();
@@ -215,8 +238,22 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     }
     if (step + 1 == room) break;  // the last token needs no forward pass
     if (trace) trace->set_phase("decode", step + 1);
-    if (const auto plan = policy.before_decode_step(ws.info()))
+    if (retrieval) {
+      // The prefill policy shrinks the working set only when it is full: a plan re-rotates its
+      // slots, so the pool is rebuilt from it (once a block of reply tokens, not every 16).
+      const bool full = ws.fixed_capacity() && ws.tokens() + 1 > ws.cache().capacity();
+      if (full && !shrink_to(policy, ws, decoder, ws.cache().capacity() - policy.decode_slack(),
+                             trace.get())) {
+        throw std::logic_error("decode: the working set is full and the policy keeps it");
+      }
+      if (!retrieving || full) {
+        if (retrieving) result.retrieval.add(retrieving->stats());
+        retrieving = std::make_unique<RetrievalKvSource>(*retrieval, ws.cache(), room - step - 1,
+                                                         &ws.cache());
+      }
+    } else if (const auto plan = policy.before_decode_step(ws.info())) {
       apply_plan(*plan, ws, decoder, trace.get());
+    }
     if (ws.next_position() + 1 > config.max_positions &&
         !shrink_to(policy, ws, decoder, config.max_positions - 1, trace.get())) {
       throw std::out_of_range(
@@ -230,7 +267,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
       continue;
     }
     logits = forward_block(decoder, policy, ws, {token}, ForwardPhase::kDecode, step + 1, timeline,
-                           trace.get())
+                           trace.get(), retrieving.get())
                  .view({-1});
   }
   if (!result.tokens.empty()) {
@@ -238,6 +275,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     const auto decoded = static_cast<double>(result.tokens.size() - 1);
     result.decode_tokens_per_s = decoded > 0 ? 1000.0 * decoded / result.decode_ms : 0;
   }
+  if (retrieving) result.retrieval.add(retrieving->stats());
   result.evicted_tokens = ws.evicted_tokens() - evicted_before;
   result.peak_kv_tokens = ws.peak_tokens();
   policy.end_request(ws.info());

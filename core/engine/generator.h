@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/kv/kv_cache.h"
+#include "core/kv/retrieval_kv_source.h"
 #include "core/kv/working_set.h"
 #include "core/policies/memory_policy.h"
 #include "core/runtime/decoder.h"
@@ -38,6 +39,7 @@ struct GenerationResult {
   double decode_tokens_per_s = 0;
   int64_t evicted_tokens = 0;  // slots the policy dropped from attention during this request
   int64_t peak_kv_tokens = 0;  // the most KV slots per layer attention saw
+  RetrievalStats retrieval;    // decode-time retrieval (policies with decode_retrieval())
 };
 
 // Returns false to stop generation after this token (a stop string matched).

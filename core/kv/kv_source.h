@@ -26,10 +26,13 @@ struct ForwardContext {
 };
 
 // Fresh KV of one layer: keys after RoPE. Shapes [B, kv_heads, S, head_dim]; positions [B, S].
+// The queries ([B, heads, S, head_dim], after RoPE) are there for sources that choose what to
+// attend to from them (decode-time retrieval, core/kv/retrieval_kv_source.h).
 struct FreshKv {
   at::Tensor keys;
   at::Tensor values;
   at::Tensor positions;
+  at::Tensor queries;
 };
 
 // What the queries of one layer attend to. keys/values [B, kv_heads, T, head_dim];

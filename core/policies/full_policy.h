@@ -15,6 +15,7 @@ class FullPolicy : public MemoryPolicy {
   std::optional<KeepPlan> shrink(const WorkingSetInfo& /*ws*/, int64_t /*target*/) override {
     return std::nullopt;
   }
+  bool keeps_every_token() const override { return true; }
 };
 
 }  // namespace engram

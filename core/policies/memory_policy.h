@@ -27,6 +27,8 @@
 
 namespace engram {
 
+class RetrievalPolicy;
+
 // The working set as a policy sees it: no tensors.
 struct WorkingSetInfo {
   int64_t tokens = 0;         // KV slots in use per (layer, KV head); equal for all of them
@@ -94,6 +96,12 @@ class MemoryPolicy {
   virtual void end_request(const WorkingSetInfo& /*ws*/) {}
   // Slots freed at once when decode reaches the budget.
   int64_t decode_slack() const;
+  // True when the policy never evicts (full KV): a KV budget means nothing to it.
+  virtual bool keeps_every_token() const { return false; }
+  // Decode-time retrieval over the working set (LouisKV, Quest; core/policies/retrieval_policy.h):
+  // when set, the runner decodes through core/kv/retrieval_kv_source.h instead of attending to
+  // the whole working set. Null for policies that only decide what stays.
+  virtual RetrievalPolicy* decode_retrieval() { return nullptr; }
 
  private:
   int64_t budget_ = 0;

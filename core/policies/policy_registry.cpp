@@ -5,6 +5,9 @@
 
 #include "core/policies/epicache_policy.h"
 #include "core/policies/full_policy.h"
+#include "core/policies/louiskv_policy.h"
+#include "core/policies/page_retrieval_policy.h"
+#include "core/policies/retrieving_policy.h"
 #include "core/policies/snapkv_policy.h"
 #include "core/policies/streaming_policy.h"
 
@@ -48,6 +51,42 @@ int64_t take(std::map<std::string, int64_t>& options, const std::string& key, in
   return v;
 }
 
+bool is_retrieval(const std::string& name) {
+  return name == "louiskv" || name == "pageretrieval";
+}
+
+// `louiskv:...` / `pageretrieval:...`: the decode half of a spec.
+std::unique_ptr<RetrievalPolicy> make_retrieval(const std::string& spec, const std::string& name,
+                                                std::map<std::string, int64_t>& options) {
+  RetrievalSettings s;
+  s.sinks = take(options, "sinks", s.sinks);
+  s.window = std::max<int64_t>(1, take(options, "window", s.window));
+  s.budget = std::max<int64_t>(1, take(options, "budget", s.budget));
+  s.full_layers = take(options, "full_layers", s.full_layers);
+  s.prompt_by_decode = take(options, "prompt", 0) != 0;
+  if (name == "pageretrieval") {
+    const int64_t page = std::max<int64_t>(1, take(options, "page", 16));
+    if (page > s.window)
+      throw std::invalid_argument("policy '" + spec + "': the window must hold a page");
+    return std::make_unique<PageRetrievalPolicy>(page, s);
+  }
+  LouisKvOptions o;
+  const int64_t tau = take(options, "tau", 70);
+  if (tau > 100) throw std::invalid_argument("policy '" + spec + "': tau is a percent, 0..100");
+  o.tau = static_cast<double>(tau) / 100.0;
+  o.cluster_tokens = std::max<int64_t>(1, take(options, "cluster", o.cluster_tokens));
+  o.iterations = take(options, "iterations", o.iterations);
+  o.stride = take(options, "stride", 0);
+  return std::make_unique<LouisKvPolicy>(o, s);
+}
+
+void reject_leftovers(const std::string& spec, const std::map<std::string, int64_t>& options) {
+  if (!options.empty()) {
+    throw std::invalid_argument("policy '" + spec + "': unknown option '" + options.begin()->first +
+                                "'");
+  }
+}
+
 }  // namespace
 
 const std::vector<PolicyDescription>& policy_catalog() {
@@ -55,6 +94,8 @@ const std::vector<PolicyDescription>& policy_catalog() {
       {"full", "every token stays in attention; stops at the model's positions", false},
       {"streaming", "StreamingLLM: attention sinks + the most recent tokens", true},
       {"snapkv", "SnapKV: each head keeps the keys the last 64 tokens attend to most", true},
+      {"louiskv",
+       "LouisKV: every token kept; decoding retrieves key clusters at semantic boundaries", false},
   };
   return catalog;
 }
@@ -64,6 +105,25 @@ const char* default_policy_spec() {
 }
 
 std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
+  // PREFILL+DECODE: a prefill policy, then decode-time retrieval over what it kept.
+  const size_t plus = spec.find('+');
+  if (plus != std::string::npos) {
+    const std::string decode_spec = spec.substr(plus + 1);
+    std::string decode_name;
+    auto decode_options = parse_options(decode_spec, decode_name);
+    if (!is_retrieval(decode_name)) {
+      throw std::invalid_argument("policy '" + spec +
+                                  "': after '+' comes a decode policy "
+                                  "(louiskv, pageretrieval), not '" +
+                                  decode_name + "'");
+    }
+    auto decode = make_retrieval(decode_spec, decode_name, decode_options);
+    reject_leftovers(decode_spec, decode_options);
+    auto prefill = make_policy(spec.substr(0, plus));
+    if (prefill->decode_retrieval())
+      throw std::invalid_argument("policy '" + spec + "': one decode policy at a time");
+    return std::make_unique<RetrievingPolicy>(std::move(prefill), std::move(decode));
+  }
   std::string name;
   auto options = parse_options(spec, name);
   std::unique_ptr<MemoryPolicy> policy;
@@ -75,6 +135,9 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     const int64_t window = take(options, "window", 64);
     policy = std::make_unique<SnapKvPolicy>(std::max<int64_t>(1, window),
                                             std::max<int64_t>(1, take(options, "kernel", 7)));
+  } else if (is_retrieval(name)) {
+    auto decode = make_retrieval(spec, name, options);
+    policy = std::make_unique<RetrievingPolicy>(std::make_unique<FullPolicy>(), std::move(decode));
   } else if (name == "epicache") {
     // Not in the catalog (the app's menu) yet: only `eval conversation` clusters the history and
     // sets each episode's patch; chat routing and write-back come later (issue 15).
@@ -96,13 +159,10 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     std::string names;
     for (const auto& d : policy_catalog())
       names += (names.empty() ? "" : ", ") + d.name;
-    names += ", epicache (eval conversation)";
+    names += ", epicache (eval conversation), pageretrieval, PREFILL+louiskv";
     throw std::invalid_argument("unknown memory policy '" + name + "'; known: " + names);
   }
-  if (!options.empty()) {
-    throw std::invalid_argument("policy '" + spec + "': unknown option '" + options.begin()->first +
-                                "'");
-  }
+  reject_leftovers(spec, options);
   return policy;
 }
 
@@ -113,7 +173,7 @@ int64_t session_prefill_block(int64_t max_positions) {
 int64_t effective_budget(const MemoryPolicy& policy, int64_t requested, int64_t max_positions,
                          int64_t block, std::string* note) {
   if (requested < 0) throw std::invalid_argument("the KV budget must not be negative");
-  if (policy.name() == "full") {
+  if (policy.keeps_every_token()) {
     if (requested > 0) {
       throw std::invalid_argument(
           "policy 'full' keeps every token; a KV budget needs a policy that evicts (streaming, "

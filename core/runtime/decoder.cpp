@@ -85,7 +85,7 @@ ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
     h = run_decoder_layer(c, weights_.layers[li], h, [&](const LayerQkv& p) {
       const at::Tensor q = Rope::apply(p.q, cos, sin);
       const at::Tensor k = Rope::apply(p.k, cos, sin);
-      FreshKv fresh{k, p.v.contiguous(), positions};
+      FreshKv fresh{k, p.v.contiguous(), positions, q};
       const AttendKv kv = source.layer_kv(li, fresh, ctx);
       at::Tensor attn = attention(q, kv, positions, c.sliding_window);
       if (req.on_layer) {

@@ -1,0 +1,202 @@
+#include "core/kv/retrieval_kv_source.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "gpu/budgeted_select.h"
+#include "gpu/device_timeline.h"
+#include "gpu/row_gather.h"
+
+namespace engram {
+namespace {
+
+// The pool: pinned host memory beside a CUDA device (gather_rows reads it through unified
+// addressing), plain memory on the CPU.
+at::Tensor empty_pool(int64_t heads, int64_t rows, int64_t dim, at::ScalarType dtype,
+                      const at::Device& device) {
+  if (device.is_cuda()) return gpu::empty_pinned({heads, rows, dim}, dtype);
+  return at::empty({heads, rows, dim}, at::TensorOptions().dtype(dtype));
+}
+
+int64_t bytes(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+}
+
+}  // namespace
+
+RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& working,
+                                     int64_t max_new_tokens, KvCache* mirror)
+    : policy_(policy), mirror_(mirror), max_new_(max_new_tokens) {
+  const RetrievalSettings& s = policy.settings();
+  if (working.batch() != 1) throw std::invalid_argument("retrieval: one sequence at a time");
+  if (s.window < 1 || s.budget < 1)
+    throw std::invalid_argument("retrieval: the window and the budget need at least one token");
+  if (policy.page_tokens() > s.window)
+    throw std::invalid_argument("retrieval: the local window is smaller than one page");
+  const int64_t n = working.lengths()[0];
+  const int64_t layers = static_cast<int64_t>(working.shape().layers);
+  sinks_ = std::min(s.sinks, n);
+  const int64_t prompt = n - sinks_;
+  policy_.begin_decode(layers);
+  layers_.resize(layers);
+  for (int64_t li = 0; li < layers; ++li) {
+    Layer& l = layers_[li];
+    const at::Tensor keys = working.keys(li).select(0, 0).narrow(1, 0, n);  // [H, n, d]
+    const at::Tensor values = working.values(li).select(0, 0).narrow(1, 0, n);
+    const int64_t heads = keys.size(0), dim = keys.size(2);
+    if (li < s.full_layers) {
+      l.keys = at::zeros({1, heads, n + max_new_, dim}, keys.options());
+      l.values = at::zeros_like(l.keys);
+      l.keys.select(0, 0).narrow(1, 0, n).copy_(keys);
+      l.values.select(0, 0).narrow(1, 0, n).copy_(values);
+      l.length = n;
+      stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values);
+      continue;
+    }
+    ++stats_.retrieval_layers;
+    l.keys = at::zeros({1, heads, sinks_ + s.budget + s.window, dim}, keys.options());
+    l.values = at::zeros_like(l.keys);
+    l.keys.select(0, 0).narrow(1, 0, sinks_).copy_(keys.narrow(1, 0, sinks_));
+    l.values.select(0, 0).narrow(1, 0, sinks_).copy_(values.narrow(1, 0, sinks_));
+    l.pool_keys = empty_pool(heads, prompt + max_new_, dim, keys.scalar_type(), keys.device());
+    l.pool_values = empty_pool(heads, prompt + max_new_, dim, keys.scalar_type(), keys.device());
+    const int64_t capacity = max_new_ + 1;  // offloaded units (each at least one token)
+    int64_t prompt_units = 0;
+    PromptUnits units;
+    if (prompt > 0) {
+      const at::Tensor pk = keys.narrow(1, sinks_, prompt), pv = values.narrow(1, sinks_, prompt);
+      units = policy_.prompt_units(li, pk);
+      const at::Tensor order = units.order.to(keys.device()).unsqueeze(-1).expand({-1, -1, dim});
+      l.pool_keys.narrow(1, 0, prompt).copy_(pk.gather(1, order));
+      l.pool_values.narrow(1, 0, prompt).copy_(pv.gather(1, order));
+      prompt_units = units.sizes.size(1);
+    }
+    const int64_t width =
+        prompt > 0 ? units.index.size(2) : policy_.unit_index(keys.narrow(1, 0, 1)).size(1);
+    const auto longs = keys.options().dtype(at::kLong);
+    l.sizes = at::zeros({heads, prompt_units + capacity}, longs);
+    l.offsets = at::zeros_like(l.sizes);
+    l.index = at::zeros({heads, prompt_units + capacity, width}, keys.options().dtype(at::kFloat));
+    if (prompt_units > 0) {
+      l.sizes.narrow(1, 0, prompt_units).copy_(units.sizes);
+      l.offsets.narrow(1, 0, prompt_units).copy_(units.offsets);
+      l.index.narrow(1, 0, prompt_units).copy_(units.index);
+    }
+    l.units = prompt_units;
+    l.pool_rows = prompt;
+    stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + bytes(l.index);
+    stats_.pool_bytes += bytes(l.pool_keys) + bytes(l.pool_values);
+  }
+}
+
+void RetrievalKvSource::begin_forward(const ForwardContext& ctx) {
+  if (ctx.batch != 1 || ctx.fresh_tokens != 1)
+    throw std::invalid_argument("retrieval: decode feeds one token of one sequence per forward");
+  if (step_ >= max_new_) {
+    throw std::out_of_range("retrieval: the source was built for " + std::to_string(max_new_) +
+                            " decode steps");
+  }
+}
+
+AttendKv RetrievalKvSource::layer_kv(int64_t layer, const FreshKv& fresh,
+                                     const ForwardContext& ctx) {
+  if (mirror_) mirror_->write(layer, fresh.keys, fresh.values, fresh.positions);
+  const int64_t position = ctx.positions[0][0];
+  Layer& l = layers_.at(layer);
+  if (layer < policy_.settings().full_layers) return full_layer(l, fresh, position);
+  return retrieval_layer(layer, l, fresh, position);
+}
+
+void RetrievalKvSource::end_forward(const ForwardContext& ctx) {
+  if (mirror_) mirror_->commit(ctx.fresh_tokens, ctx.positions);
+  ++step_;
+  ++stats_.steps;
+}
+
+AttendKv RetrievalKvSource::full_layer(Layer& l, const FreshKv& fresh, int64_t position) {
+  l.keys.narrow(2, l.length, 1).copy_(fresh.keys);
+  l.values.narrow(2, l.length, 1).copy_(fresh.values);
+  ++l.length;
+  return attend(l, l.length, {{0, l.length}}, position);
+}
+
+AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh,
+                                            int64_t position) {
+  const RetrievalSettings& s = policy_.settings();
+  const at::Tensor q = fresh.queries.select(0, 0).select(1, 0);  // [Hq, d]
+  const bool retrieve = policy_.retrieve(layer, step_, q);
+  if (l.local == s.window) offload_oldest(l);
+  if (retrieve) {
+    const at::Tensor scores = policy_.score(q, l.index.narrow(1, 0, l.units));
+    const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, l.units),
+                                                      l.offsets.narrow(1, 0, l.units), s.budget);
+    at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
+    at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
+    gpu::gather_rows(keys, l.pool_keys, rows);
+    gpu::gather_rows(values, l.pool_values, rows);
+    // Every head's units hold all pool rows, so every head fills the same count: no sync.
+    l.retrieved = std::min(s.budget, l.pool_rows);
+    ++stats_.retrievals;
+    stats_.loaded_rows += l.retrieved * l.keys.size(1);
+    events_.push_back({step_, layer, l.retrieved});
+    if (policy_.page_tokens() == 0) l.segment_starts.push_back(l.local);
+  }
+  if (l.segment_starts.empty()) l.segment_starts.push_back(0);
+  const int64_t local_begin = sinks_ + s.budget;
+  l.keys.narrow(2, local_begin + l.local, 1).copy_(fresh.keys);
+  l.values.narrow(2, local_begin + l.local, 1).copy_(fresh.values);
+  ++l.local;
+  return attend(l, local_begin + s.window,
+                {{0, sinks_ + l.retrieved}, {local_begin, local_begin + l.local}}, position);
+}
+
+void RetrievalKvSource::offload_oldest(Layer& l) {
+  const RetrievalSettings& s = policy_.settings();
+  const int64_t page = policy_.page_tokens();
+  // The oldest temporal segment; one that fills the whole window leaves in halves.
+  int64_t cut = page > 0 ? page : l.segment_starts.size() >= 2 ? l.segment_starts[1] : 0;
+  if (cut <= 0 || cut >= l.local) cut = std::max<int64_t>(1, l.local / 2);
+  const int64_t local_begin = sinks_ + s.budget;
+  const at::Tensor keys = l.keys.select(0, 0).narrow(1, local_begin, cut);  // [H, cut, d]
+  const at::Tensor values = l.values.select(0, 0).narrow(1, local_begin, cut);
+  if (l.pool_rows + cut > l.pool_keys.size(1) || l.units >= l.sizes.size(1))
+    throw std::logic_error("retrieval: the pool is full");
+  l.pool_keys.narrow(1, l.pool_rows, cut).copy_(keys);
+  l.pool_values.narrow(1, l.pool_rows, cut).copy_(values);
+  l.sizes.select(1, l.units).fill_(cut);
+  l.offsets.select(1, l.units).fill_(l.pool_rows);
+  l.index.select(1, l.units).copy_(policy_.unit_index(keys));
+  ++l.units;
+  l.pool_rows += cut;
+  ++stats_.offloaded_units;
+  // Shift the rest of the window to its front (a clone: the spans overlap).
+  const int64_t rest = l.local - cut;
+  for (at::Tensor* t : {&l.keys, &l.values}) {
+    t->narrow(2, local_begin, rest).copy_(t->narrow(2, local_begin + cut, rest).clone());
+  }
+  l.local = rest;
+  std::vector<int64_t> starts{0};
+  for (int64_t start : l.segment_starts) {
+    if (start - cut > 0) starts.push_back(start - cut);
+  }
+  l.segment_starts = std::move(starts);
+}
+
+AttendKv RetrievalKvSource::attend(const Layer& l, int64_t slots,
+                                   const std::vector<std::pair<int64_t, int64_t>>& valid,
+                                   int64_t position) const {
+  // Every held key is in the past of the query: a valid slot gets the query's own position (seen,
+  // also inside a sliding window), an empty one -1. RoPE is already in the keys.
+  at::Tensor key_positions = at::full({1, slots}, -1, at::kLong);
+  for (const auto& [begin, end] : valid) {
+    if (end > begin) key_positions.narrow(1, begin, end - begin).fill_(position);
+  }
+  AttendKv out;
+  out.keys = l.keys.narrow(2, 0, slots);
+  out.values = l.values.narrow(2, 0, slots);
+  out.key_positions = key_positions.to(l.keys.device());
+  out.dense_causal = false;
+  return out;
+}
+
+}  // namespace engram

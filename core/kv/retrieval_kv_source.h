@@ -1,0 +1,113 @@
+// The runner of decode-time retrieval (core/policies/retrieval_policy.h; issue 17). Built from a
+// working set after its prompt was computed, it offloads the KV into a pool (pinned host memory on
+// CUDA, as LouisKV's CPU pool) and serves each decode token's attention, per layer:
+//
+//   layers < full_layers:  every token (the prompt and everything generated);
+//   other layers:          [ sinks S | retrieved B | local window W ], a fixed device region:
+//     - the policy's prompt units (clusters, pages) live in the pool, their index on the device;
+//     - when the policy says the layer retrieves, the units' scores choose rows under the budget
+//       (gpu::budgeted_select_rows) and gpu::gather_rows copies them from the pool into the region;
+//     - fresh tokens enter the local window; when it is full its oldest temporal segment (or page)
+//       moves to the pool as a new unit with its own index.
+//
+// Keys keep the RoPE positions they were computed at and the query is at its true position, so a
+// retrieved token attends exactly as in full attention; a budget that covers the pool gives
+// exactly full attention (tests/test_louiskv.cpp). With a mirror cache (the conversation's working
+// set) every fresh token is also written there, so the conversation stays exact for its store and
+// its next turn whatever attention saw.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/kv/kv_cache.h"
+#include "core/kv/kv_source.h"
+#include "core/policies/retrieval_policy.h"
+
+namespace engram {
+
+struct RetrievalEvent {
+  int64_t step = 0;
+  int64_t layer = 0;
+  int64_t tokens = 0;  // rows loaded per KV head
+};
+
+struct RetrievalStats {
+  int64_t steps = 0;
+  int64_t retrieval_layers = 0;
+  int64_t retrievals = 0;       // (layer, step) pairs that retrieved
+  int64_t loaded_rows = 0;      // rows copied from the pool, summed over layers and KV heads
+  int64_t offloaded_units = 0;  // temporal segments / pages moved to the pool
+  int64_t device_kv_bytes = 0;  // KV and indexes held on the compute device for attention
+  int64_t pool_bytes = 0;       // KV in the pool
+  // Adds a later source's counts (the runner rebuilds the pool after a plan).
+  void add(const RetrievalStats& o) {
+    steps += o.steps;
+    retrieval_layers = std::max(retrieval_layers, o.retrieval_layers);
+    retrievals += o.retrievals;
+    loaded_rows += o.loaded_rows;
+    offloaded_units += o.offloaded_units;
+    device_kv_bytes = std::max(device_kv_bytes, o.device_kv_bytes);
+    pool_bytes = std::max(pool_bytes, o.pool_bytes);
+  }
+  // Retrievals per retrieval layer and decode step.
+  double retrievals_per_token() const {
+    return steps && retrieval_layers ? double(retrievals) / double(steps * retrieval_layers) : 0;
+  }
+};
+
+class RetrievalKvSource : public KvSource {
+ public:
+  // `working`: row 0 holds the prompt (its tokens() slots). `max_new_tokens`: decode steps this
+  // source serves. `mirror` (may be null) receives every fresh token as a CacheKvSource would.
+  RetrievalKvSource(RetrievalPolicy& policy, const KvCache& working, int64_t max_new_tokens,
+                    KvCache* mirror);
+
+  void begin_forward(const ForwardContext& ctx) override;
+  AttendKv layer_kv(int64_t layer, const FreshKv& fresh, const ForwardContext& ctx) override;
+  void end_forward(const ForwardContext& ctx) override;
+
+  const RetrievalStats& stats() const { return stats_; }
+  const std::vector<RetrievalEvent>& events() const { return events_; }
+  int64_t steps_left() const { return max_new_ - step_; }
+  // Tokens of each unit of a retrieval layer (prompt units, then offloaded ones): [H, units].
+  at::Tensor unit_sizes(int64_t layer) const {
+    const Layer& l = layers_.at(layer);
+    return l.sizes.defined() ? l.sizes.narrow(1, 0, l.units).cpu() : at::Tensor();
+  }
+
+ private:
+  struct Layer {
+    at::Tensor keys,
+        values;          // full layer: [1, H, n + max_new, d]; else the region [1, H, S+B+W, d]
+    int64_t length = 0;  // full layer: tokens held
+    at::Tensor pool_keys, pool_values;  // [H, rows, d], pinned host on CUDA
+    int64_t pool_rows = 0;
+    at::Tensor sizes, offsets;  // [H, units] int64 on the device
+    at::Tensor index;           // [H, units, I] f32 on the device
+    int64_t units = 0;
+    int64_t retrieved = 0;                // valid rows of the retrieved region
+    int64_t local = 0;                    // tokens in the local window
+    std::vector<int64_t> segment_starts;  // temporal segments in the local window
+  };
+
+  AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
+  AttendKv retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh, int64_t position);
+  void offload_oldest(Layer& l);
+  AttendKv attend(const Layer& l, int64_t slots,
+                  const std::vector<std::pair<int64_t, int64_t>>& valid, int64_t position) const;
+
+  RetrievalPolicy& policy_;
+  KvCache* mirror_;
+  int64_t max_new_;
+  int64_t sinks_ = 0;
+  int64_t step_ = 0;
+  std::vector<Layer> layers_;
+  RetrievalStats stats_;
+  std::vector<RetrievalEvent> events_;
+};
+
+}  // namespace engram

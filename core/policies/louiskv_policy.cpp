@@ -1,0 +1,100 @@
+#include "core/policies/louiskv_policy.h"
+
+#include <cmath>
+
+#include "gpu/key_kmeans.h"
+
+namespace engram {
+
+std::pair<at::Tensor, at::Tensor> cluster_keys(const at::Tensor& keys, int64_t clusters,
+                                               int64_t iterations) {
+  const int64_t n = keys.size(1);
+  clusters = std::clamp<int64_t>(clusters, 1, n);
+  // Start from keys spread evenly over the prompt: every region of the text gets a centroid.
+  const at::Tensor start =
+      at::linspace(0, static_cast<double>(n - 1), clusters, keys.options().dtype(at::kDouble))
+          .round()
+          .to(at::kLong);
+  at::Tensor centroids = keys.index_select(1, start).to(at::kFloat);
+  centroids = centroids / centroids.norm(2, -1, true).clamp_min(1e-12);
+  at::Tensor assignment = gpu::kmeans_assign(keys, centroids);
+  for (int64_t it = 0; it < iterations; ++it) {
+    centroids = gpu::kmeans_update(keys, assignment, centroids);
+    at::Tensor next = gpu::kmeans_assign(keys, centroids);
+    const bool stable = next.equal(assignment);
+    assignment = next;
+    if (stable) break;
+  }
+  return {assignment, centroids};
+}
+
+PromptUnits units_from_assignment(const at::Tensor& keys, const at::Tensor& assignment,
+                                  int64_t clusters) {
+  const int64_t heads = keys.size(0), d = keys.size(2);
+  PromptUnits units;
+  // Stable sort by cluster: a cluster's tokens stay in text order inside its unit.
+  units.order = std::get<1>(assignment.sort(/*stable=*/true, /*dim=*/1, /*descending=*/false));
+  units.sizes = at::zeros({heads, clusters}, assignment.options());
+  units.sizes.scatter_add_(1, assignment, at::ones_like(assignment));
+  units.offsets = units.sizes.cumsum(1) - units.sizes;
+  at::Tensor sums = at::zeros({heads, clusters, d}, keys.options().dtype(at::kFloat));
+  sums.scatter_add_(1, assignment.unsqueeze(-1).expand({-1, -1, d}), keys.to(at::kFloat));
+  units.index = sums / units.sizes.unsqueeze(-1).clamp_min(1).to(at::kFloat);
+  return units;
+}
+
+LouisKvPolicy::LouisKvPolicy(LouisKvOptions options, RetrievalSettings settings)
+    : options_(options) {
+  settings_ = settings;
+}
+
+std::string LouisKvPolicy::spec() const {
+  std::string s = "louiskv:tau=" + std::to_string(std::lround(options_.tau * 100)) +
+                  ",sinks=" + std::to_string(settings_.sinks) +
+                  ",window=" + std::to_string(settings_.window) +
+                  ",budget=" + std::to_string(settings_.budget);
+  if (options_.cluster_tokens != 16) s += ",cluster=" + std::to_string(options_.cluster_tokens);
+  if (options_.stride > 0) s += ",stride=" + std::to_string(options_.stride);
+  if (settings_.full_layers != 2) s += ",full_layers=" + std::to_string(settings_.full_layers);
+  if (settings_.prompt_by_decode) s += ",prompt=1";
+  return s;
+}
+
+void LouisKvPolicy::begin_decode(int64_t layers) {
+  previous_q_.assign(layers, at::Tensor());
+  similarity_.assign(layers, {});
+}
+
+PromptUnits LouisKvPolicy::prompt_units(int64_t /*layer*/, const at::Tensor& keys) {
+  const int64_t n = keys.size(1);
+  const int64_t clusters = std::max<int64_t>(
+      1, (n + options_.cluster_tokens - 1) / std::max<int64_t>(1, options_.cluster_tokens));
+  const at::Tensor assignment = cluster_keys(keys, clusters, options_.iterations).first;
+  return units_from_assignment(keys, assignment, std::min(clusters, n));
+}
+
+at::Tensor LouisKvPolicy::unit_index(const at::Tensor& keys) const {
+  return keys.to(at::kFloat).mean(1);
+}
+
+bool LouisKvPolicy::retrieve(int64_t layer, int64_t step, const at::Tensor& q) {
+  const at::Tensor current = q.to(at::kFloat);
+  at::Tensor& previous = previous_q_.at(layer);
+  bool boundary = step == 0 || !previous.defined();
+  if (!boundary) {
+    const float r = at::cosine_similarity(current, previous, 1).mean().item<float>();
+    similarity_[layer].push_back(r);
+    boundary = options_.stride > 0 ? step % options_.stride == 0 : r < options_.tau;
+  }
+  previous = current;
+  return boundary;
+}
+
+at::Tensor LouisKvPolicy::score(const at::Tensor& q, const at::Tensor& index) const {
+  const int64_t heads = index.size(0), d = q.size(1);
+  const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, d});  // [H, g, d]
+  const at::Tensor logits = at::bmm(grouped, index.transpose(1, 2)) / std::sqrt(double(d));
+  return logits.softmax(-1).mean(1);  // [H, U]
+}
+
+}  // namespace engram

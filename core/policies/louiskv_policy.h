@@ -1,0 +1,60 @@
+// `louiskv`: LouisKV (louiskv-paper §4, App. B-C; DESIGN.md "LouisKV"). Prompt keys of every
+// retrieval layer and KV head are clustered by spherical k-means (mean cluster size 16, ~20
+// iterations) and indexed by their mean key; generated tokens form temporal segments split where
+// the layer retrieved, indexed by their mean key when they leave the local window. A layer
+// retrieves at the first decode step and then when r_t = mean over query heads of
+// cos(q_t, q_{t-1}) falls below τ (a semantic boundary); units score by softmax(q·Cᵀ/√d) over the
+// layer's units per query head, averaged over each GQA group (group-consistent selection).
+//
+// Engram's choices: the k-means starts from keys spread evenly over the prompt (deterministic, no
+// seed to carry); `stride=N` retrieves every N steps instead (the paper's fixed-stride ablation).
+#pragma once
+
+#include <vector>
+
+#include "core/policies/retrieval_policy.h"
+
+namespace engram {
+
+struct LouisKvOptions {
+  double tau = 0.7;
+  int64_t cluster_tokens = 16;
+  int64_t iterations = 20;
+  int64_t stride = 0;  // 0: adaptive (semantic boundaries)
+};
+
+class LouisKvPolicy : public RetrievalPolicy {
+ public:
+  explicit LouisKvPolicy(LouisKvOptions options, RetrievalSettings settings);
+  std::string name() const override { return "louiskv"; }
+  std::string spec() const override;
+  std::unique_ptr<RetrievalPolicy> clone() const override {
+    return std::make_unique<LouisKvPolicy>(*this);
+  }
+  void begin_decode(int64_t layers) override;
+  PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) override;
+  at::Tensor unit_index(const at::Tensor& keys) const override;
+  bool retrieve(int64_t layer, int64_t step, const at::Tensor& q) override;
+  at::Tensor score(const at::Tensor& q, const at::Tensor& index) const override;
+
+  const LouisKvOptions& options() const { return options_; }
+  // r_t of every (layer, step >= 1) so far, for the τ sweep and the panel.
+  const std::vector<std::vector<float>>& similarities() const { return similarity_; }
+
+ private:
+  LouisKvOptions options_;
+  std::vector<at::Tensor> previous_q_;  // per layer [Hq, d] f32
+  std::vector<std::vector<float>> similarity_;
+};
+
+// The clustering itself, for tests and benchmarks: assignment [H, N] int64 of keys [H, N, d] into
+// `clusters` clusters per head, and the final centroids [H, K, d] f32 (unit length).
+std::pair<at::Tensor, at::Tensor> cluster_keys(const at::Tensor& keys, int64_t clusters,
+                                               int64_t iterations);
+
+// Units from an assignment: pool order (by cluster, then by token), sizes, offsets, and the mean
+// key of every cluster as its index (zero for an empty cluster).
+PromptUnits units_from_assignment(const at::Tensor& keys, const at::Tensor& assignment,
+                                  int64_t clusters);
+
+}  // namespace engram

@@ -1,0 +1,34 @@
+// `pageretrieval`: Quest (Tang et al., 2024) as the LouisKV paper's baseline: the KV is cut into
+// pages of 16 tokens in text order, each indexed by the element-wise min and max of its keys; at
+// every decode step and layer a page scores the upper bound of q·k over it,
+// Σ_d max(q_d·kmax_d, q_d·kmin_d), and the top pages fill the budget (max(3, B/16) pages of 16).
+// Group-consistent as in the paper's setup: the bound is averaged over the query heads of a group.
+// Generated tokens leave the local window in pages of 16.
+#pragma once
+
+#include "core/policies/retrieval_policy.h"
+
+namespace engram {
+
+class PageRetrievalPolicy : public RetrievalPolicy {
+ public:
+  PageRetrievalPolicy(int64_t page, RetrievalSettings settings);
+  std::string name() const override { return "pageretrieval"; }
+  std::string spec() const override;
+  std::unique_ptr<RetrievalPolicy> clone() const override {
+    return std::make_unique<PageRetrievalPolicy>(*this);
+  }
+  void begin_decode(int64_t /*layers*/) override {}
+  PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) override;
+  at::Tensor unit_index(const at::Tensor& keys) const override;
+  bool retrieve(int64_t /*layer*/, int64_t /*step*/, const at::Tensor& /*q*/) override {
+    return true;
+  }
+  at::Tensor score(const at::Tensor& q, const at::Tensor& index) const override;
+  int64_t page_tokens() const override { return page_; }
+
+ private:
+  int64_t page_;
+};
+
+}  // namespace engram

@@ -1,0 +1,68 @@
+// Decode-time retrieval (issue 17; DESIGN.md "LouisKV"): while a reply is decoded, attention of
+// layer l sees the attention sinks, a budget of tokens retrieved from a KV pool, and a local
+// window of the newest generated tokens, instead of every token. A RetrievalPolicy decides: how
+// the prompt's KV of a layer splits into units (LouisKV: k-means clusters of keys; Quest: 16-token
+// pages), how a unit is indexed, when a layer retrieves (LouisKV: at semantic boundaries, r_t < τ;
+// Quest: every token) and how units score against the token's queries. The runner
+// (core/kv/retrieval_kv_source.h) applies: it keeps the pool, loads the chosen units' rows under
+// the budget (gpu::budgeted_select_rows, gpu::gather_rows) and offloads the local window.
+//
+// Shapes: H KV heads, g = query heads per KV head, d head_dim, I index width.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace engram {
+
+struct RetrievalSettings {
+  int64_t sinks = 64;       // S: the first slots of the working set, always attended
+  int64_t window = 256;     // W: newest generated tokens kept on the device
+  int64_t budget = 1024;    // B: tokens retrieved from the pool per layer and KV head
+  int64_t full_layers = 2;  // layers 0..full_layers-1 keep every token (as Quest and the paper)
+  bool prompt_by_decode = false;  // feed a new prompt token by token through retrieval (Quest's
+                                  // long-input method) instead of one full-attention prefill
+};
+
+// A layer's prompt KV as units: pool row j of head h holds the prompt token order[h][j]
+// (relative to the first token after the sinks); unit u of head h is `sizes[h][u]` rows from
+// `offsets[h][u]`; `index` is what scoring compares the queries with.
+struct PromptUnits {
+  at::Tensor order;    // [H, N] int64, a permutation of 0..N-1 per head
+  at::Tensor sizes;    // [H, U] int64 (0: an empty unit, never taken)
+  at::Tensor offsets;  // [H, U] int64
+  at::Tensor index;    // [H, U, I] f32
+};
+
+class RetrievalPolicy {
+ public:
+  virtual ~RetrievalPolicy() = default;
+  virtual std::string name() const = 0;
+  virtual std::string spec() const = 0;
+  virtual std::unique_ptr<RetrievalPolicy> clone() const = 0;
+  const RetrievalSettings& settings() const { return settings_; }
+  RetrievalSettings& settings() { return settings_; }
+
+  // A new request: forget the previous token's queries.
+  virtual void begin_decode(int64_t layers) = 0;
+  // keys [H, N, d] after RoPE, the layer's retrievable prompt tokens (the sinks excluded).
+  virtual PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) = 0;
+  // The index of one unit of generated tokens leaving the local window: keys [H, n, d] -> [H, I].
+  virtual at::Tensor unit_index(const at::Tensor& keys) const = 0;
+  // Whether layer `layer` retrieves at decode step `step` (0: the first, always asked) for the
+  // token's queries q [H * g, d]. Called once per layer and step, in order.
+  virtual bool retrieve(int64_t layer, int64_t step, const at::Tensor& q) = 0;
+  // Scores [H, U] f32 of units from q [H * g, d] and index [H, U, I]; higher is kept first.
+  virtual at::Tensor score(const at::Tensor& q, const at::Tensor& index) const = 0;
+  // How generated tokens leave the local window: 0 = whole temporal segments, split where the
+  // layer retrieved (LouisKV); n > 0 = pages of n tokens (Quest).
+  virtual int64_t page_tokens() const { return 0; }
+
+ protected:
+  RetrievalSettings settings_;
+};
+
+}  // namespace engram

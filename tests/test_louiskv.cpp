@@ -1,0 +1,352 @@
+// Decode-time retrieval (issue 17) against dense full attention. A budget that covers the pool
+// with a retrieval at every step must give full attention's logits (the runner loses, moves or
+// mis-positions no token, whatever the window offloads); below it the parts are checked one by
+// one: k-means recovers planted clusters, units are contiguous per cluster, the boundary rule,
+// Quest's bound, temporal segments split where the layer retrieved, and a prefill policy
+// composed with retrieval keeps the conversation exact in the working set.
+#include <QtTest>
+
+#include "core/engine/generator.h"
+#include "core/kv/cache_kv_source.h"
+#include "core/kv/retrieval_kv_source.h"
+#include "core/kv/working_set.h"
+#include "core/policies/louiskv_policy.h"
+#include "core/policies/page_retrieval_policy.h"
+#include "core/policies/policy_registry.h"
+#include "core/policies/retrieving_policy.h"
+#include "gpu/device_timeline.h"
+#include "support/fixture_models.h"
+
+using namespace engram;
+
+namespace {
+
+KvCacheShape shape_of(const ModelConfig& c) {
+  return {c.num_layers, c.num_kv_heads, c.head_dim};
+}
+
+// Logits of `tokens` fed one by one after `prompt`, attention served by `make_source(cache)` (or
+// by the cache itself when it returns null). The source lives in `keep`, for the caller to read.
+using SourceFactory = std::function<std::unique_ptr<RetrievalKvSource>(KvCache&)>;
+std::vector<at::Tensor> teacher_forced(const Decoder& decoder, const std::vector<int64_t>& prompt,
+                                       const std::vector<int64_t>& tokens,
+                                       const SourceFactory& make_source,
+                                       std::unique_ptr<RetrievalKvSource>* keep = nullptr) {
+  const ModelConfig& c = decoder.config();
+  KvCache cache(shape_of(c), 1, static_cast<int64_t>(prompt.size() + tokens.size()),
+                decoder.dtype(), decoder.device());
+  gpu::DeviceTimeline timeline(decoder.device());
+  (void)prefill(decoder, cache, prompt, 0, timeline, nullptr);
+  std::unique_ptr<RetrievalKvSource> source = make_source(cache);
+  std::vector<at::Tensor> out;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ForwardRequest req;
+    req.phase = ForwardPhase::kDecode;
+    req.tokens = {{tokens[i]}};
+    req.positions = {{static_cast<int64_t>(prompt.size() + i)}};
+    CacheKvSource plain(cache);
+    KvSource& s = source ? *source : static_cast<KvSource&>(plain);
+    out.push_back(decoder.forward(req, s, timeline, nullptr).logits.view({-1}));
+  }
+  if (keep) *keep = std::move(source);
+  return out;
+}
+
+double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, (a[i] - b[i]).abs().max().item<double>());
+  return m;
+}
+
+RetrievalSettings settings(int64_t sinks, int64_t window, int64_t budget, int64_t full_layers) {
+  RetrievalSettings s;
+  s.sinks = sinks;
+  s.window = window;
+  s.budget = budget;
+  s.full_layers = full_layers;
+  return s;
+}
+
+LouisKvOptions every_step() {
+  LouisKvOptions o;
+  o.stride = 1;
+  return o;
+}
+
+}  // namespace
+
+class LouisKvTest : public QObject {
+  Q_OBJECT
+
+  test::FixtureModels models_;
+
+ private Q_SLOTS:
+  void initTestCase() { models_.load({"llama-gqa", "qwen2-bias-tied"}); }
+
+  void kmeansRecoversPlantedClusters() {
+    // Three directions per head, one per stretch of text (the k-means starts from keys spread
+    // evenly over the prompt, so each stretch gets a centroid), with noisy keys and a few strays
+    // of each direction planted in the other stretches.
+    at::manual_seed(3);
+    const int64_t heads = 2, per = 20, d = 8;
+    at::Tensor dirs = at::randn({heads, 3, d});
+    at::Tensor truth = at::arange(3 * per, at::kLong).div(per, "floor");
+    truth[5] = 2;
+    truth[27] = 0;
+    truth[44] = 1;
+    at::Tensor keys = dirs.index_select(1, truth) * 5 + 0.3 * at::randn({heads, 3 * per, d});
+    const auto [assignment, centroids] = cluster_keys(keys, 3, 20);
+    QCOMPARE(centroids.sizes(), (at::IntArrayRef{heads, 3, d}));
+    for (int64_t h = 0; h < heads; ++h) {
+      // Same partition as the truth, whatever the cluster numbers.
+      const at::Tensor a = assignment.select(0, h);
+      for (int64_t i = 0; i < 3 * per; ++i) {
+        for (int64_t j = 0; j < 3; ++j) {
+          QCOMPARE(a[i].item<int64_t>() == a[j].item<int64_t>(),
+                   truth[i].item<int64_t>() == truth[j].item<int64_t>());
+        }
+      }
+    }
+  }
+
+  void unitsAreContiguousClustersWithTheirMeanKey() {
+    at::Tensor keys = at::arange(2 * 6 * 2, at::kFloat).view({2, 6, 2});
+    at::Tensor assignment =
+        at::tensor({1, 0, 1, 2, 0, 1, 0, 0, 0, 0, 0, 0}, at::kLong).view({2, 6});
+    const PromptUnits u = units_from_assignment(keys, assignment, 3);
+    QVERIFY(u.order.select(0, 0).equal(at::tensor({1, 4, 0, 2, 5, 3}, at::kLong)));
+    QVERIFY(u.sizes.select(0, 0).equal(at::tensor({2, 3, 1}, at::kLong)));
+    QVERIFY(u.offsets.select(0, 0).equal(at::tensor({0, 2, 5}, at::kLong)));
+    QVERIFY(u.sizes.select(0, 1).equal(at::tensor({6, 0, 0}, at::kLong)));
+    // Head 0, cluster 1 = tokens 0, 2, 5: mean of their keys.
+    const at::Tensor expect = (keys[0][0] + keys[0][2] + keys[0][5]) / 3;
+    QVERIFY(at::allclose(u.index[0][1], expect));
+    QVERIFY(u.index[1][2].abs().sum().item<float>() == 0.0f);  // empty cluster
+  }
+
+  void boundaryRuleAndStride() {
+    LouisKvOptions o;
+    o.tau = 0.7;
+    LouisKvPolicy policy(o, settings(4, 8, 16, 0));
+    policy.begin_decode(1);
+    const at::Tensor a = at::tensor({1.0f, 0.0f, 1.0f, 0.0f}).view({2, 2});
+    const at::Tensor near = at::tensor({1.0f, 0.1f, 1.0f, 0.1f}).view({2, 2});
+    const at::Tensor turn = at::tensor({0.0f, 1.0f, 0.0f, 1.0f}).view({2, 2});
+    QVERIFY(policy.retrieve(0, 0, a));      // the first step always retrieves
+    QVERIFY(!policy.retrieve(0, 1, near));  // r ~ 0.995 >= τ
+    QVERIFY(policy.retrieve(0, 2, turn));   // r ~ 0.1 < τ
+    QCOMPARE(policy.similarities()[0].size(), size_t{2});
+    QVERIFY(std::abs(policy.similarities()[0][1] - 0.0995f) < 1e-3f);
+    o.stride = 3;
+    LouisKvPolicy fixed(o, settings(4, 8, 16, 0));
+    fixed.begin_decode(1);
+    std::vector<bool> fired;
+    for (int64_t step = 0; step < 7; ++step)
+      fired.push_back(fixed.retrieve(0, step, step % 2 ? a : turn));
+    QCOMPARE(fired, (std::vector<bool>{true, false, false, true, false, false, true}));
+  }
+
+  void groupScoresAverageSoftmaxOverTheGroup() {
+    LouisKvPolicy policy(LouisKvOptions{}, settings(4, 8, 16, 0));
+    at::manual_seed(5);
+    const at::Tensor q = at::randn({4, 8});         // 2 KV heads x 2 query heads
+    const at::Tensor index = at::randn({2, 5, 8});  // 5 units
+    const at::Tensor s = policy.score(q, index);
+    for (int64_t h = 0; h < 2; ++h) {
+      at::Tensor expect = at::zeros({5});
+      for (int64_t j = 0; j < 2; ++j)
+        expect += (at::mv(index[h], q[2 * h + j]) / std::sqrt(8.0)).softmax(0) / 2;
+      QVERIFY(at::allclose(s[h], expect, 1e-5, 1e-6));
+    }
+  }
+
+  void questBoundIsAnUpperBound() {
+    PageRetrievalPolicy quest(16, settings(4, 16, 16, 0));
+    at::manual_seed(9);
+    const at::Tensor keys = at::randn({1, 40, 8});
+    const PromptUnits pages = quest.prompt_units(0, keys);
+    QVERIFY(pages.sizes.select(0, 0).equal(at::tensor({16, 16, 8}, at::kLong)));
+    for (int trial = 0; trial < 20; ++trial) {
+      const at::Tensor q = at::randn({1, 8});
+      const at::Tensor bound = quest.score(q, pages.index).select(0, 0);
+      for (int64_t p = 0; p < 3; ++p) {
+        const at::Tensor page = keys[0].narrow(0, p * 16, pages.sizes[0][p].item<int64_t>());
+        const float best = at::mv(page, q[0]).max().item<float>();
+        QVERIFY(bound[p].item<float>() >= best - 1e-5f);
+      }
+    }
+  }
+
+  // The core exactness: retrieving at every step with a budget that holds the whole pool, a
+  // small window that keeps offloading, and no full layers, gives full attention's logits.
+  void budgetCoveringThePoolEqualsFullAttention() {
+    for (const std::string& model : {"llama-gqa", "qwen2-bias-tied"}) {
+      const Decoder& decoder = models_.decoder(model);
+      const auto prompt = test::token_ids(70, 1), fed = test::token_ids(30, 2);
+      const auto full = teacher_forced(decoder, prompt, fed, [](KvCache&) { return nullptr; });
+      for (int kind = 0; kind < 2; ++kind) {
+        std::unique_ptr<RetrievalPolicy> policy;
+        if (kind == 0)
+          policy = std::make_unique<LouisKvPolicy>(every_step(), settings(4, 4, 200, 0));
+        else
+          policy = std::make_unique<PageRetrievalPolicy>(4, settings(4, 4, 200, 0));
+        std::unique_ptr<RetrievalKvSource> seen;
+        const auto got = teacher_forced(
+            decoder, prompt, fed,
+            [&](KvCache& cache) {
+              return std::make_unique<RetrievalKvSource>(*policy, cache, 30, nullptr);
+            },
+            &seen);
+        const double diff = max_diff(full, got);
+        QVERIFY2(diff < 2e-4,
+                 (model + " kind " + std::to_string(kind) + " max diff " + std::to_string(diff))
+                     .c_str());
+        QVERIFY(seen->stats().offloaded_units > 0);  // the window really offloaded
+        QCOMPARE(seen->stats().retrievals, int64_t{30} * seen->stats().retrieval_layers);
+      }
+    }
+  }
+
+  void smallBudgetDiffersButStaysClose() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const auto prompt = test::token_ids(200, 3), fed = test::token_ids(20, 4);
+    const auto full = teacher_forced(decoder, prompt, fed, [](KvCache&) { return nullptr; });
+    LouisKvPolicy policy(every_step(), settings(4, 8, 32, 0));
+    const auto got = teacher_forced(decoder, prompt, fed, [&](KvCache& cache) {
+      return std::make_unique<RetrievalKvSource>(policy, cache, 20, nullptr);
+    });
+    // Attention sees 44 of ~210 tokens: the logits move (the test would pass a source that
+    // silently served everything otherwise) but stay finite.
+    QVERIFY(max_diff(full, got) > 1e-4);
+    for (const at::Tensor& l : got)
+      QVERIFY(at::isfinite(l).all().item<bool>());
+  }
+
+  void temporalSegmentsSplitWhereTheLayerRetrieved() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const auto prompt = test::token_ids(40, 5), fed = test::token_ids(24, 6);
+    LouisKvOptions o;
+    o.stride = 4;  // boundaries at steps 0, 4, 8, ...: segments of 4 tokens
+    LouisKvPolicy policy(o, settings(4, 8, 16, 1));
+    std::unique_ptr<RetrievalKvSource> seen;
+    (void)teacher_forced(
+        decoder, prompt, fed,
+        [&](KvCache& cache) {
+          return std::make_unique<RetrievalKvSource>(policy, cache, 24, nullptr);
+        },
+        &seen);
+    QVERIFY(!seen->unit_sizes(0).defined());  // layer 0 keeps every token
+    const at::Tensor sizes = seen->unit_sizes(1);
+    const int64_t prompt_units = (36 + 15) / 16;
+    QCOMPARE(sizes.size(1), prompt_units + seen->stats().offloaded_units);
+    QVERIFY(seen->stats().offloaded_units >= 3);
+    QVERIFY(sizes.narrow(1, prompt_units, sizes.size(1) - prompt_units).eq(4).all().item<bool>());
+    QCOMPARE(seen->stats().retrievals, int64_t{6});  // steps 0, 4, ..., 20
+    QCOMPARE(seen->events().size(), size_t{6});
+    QCOMPARE(seen->events()[1].step, int64_t{4});
+  }
+
+  void registryBuildsAndComposes() {
+    QCOMPARE(make_policy("louiskv")->spec(),
+             std::string("louiskv:tau=70,sinks=64,window=256,budget=1024"));
+    QCOMPARE(make_policy("louiskv:tau=85,sinks=32,window=512,budget=512,stride=5")->spec(),
+             std::string("louiskv:tau=85,sinks=32,window=512,budget=512,stride=5"));
+    QCOMPARE(make_policy("pageretrieval:budget=256")->name(), std::string("pageretrieval"));
+    auto composed = make_policy("streaming:sinks=8+louiskv:budget=128");
+    QCOMPARE(composed->name(), std::string("streaming+louiskv"));
+    QCOMPARE(composed->spec(),
+             std::string("streaming:sinks=8+louiskv:tau=70,sinks=64,window=256,budget=128"));
+    QVERIFY(!composed->keeps_every_token());
+    QVERIFY(make_policy("louiskv")->keeps_every_token());
+    QVERIFY(make_policy("louiskv")->decode_retrieval() != nullptr);
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:tau=170"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:sink=3"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("snapkv+streaming"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv+louiskv"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("pageretrieval:page=64,window=32"), std::invalid_argument);
+    // A KV budget is the prefill policy's: louiskv alone keeps every token and refuses one.
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv", 512, 4096, 512), std::invalid_argument);
+    QCOMPARE(make_policy("streaming+louiskv", 512, 4096, 512)->budget(), int64_t{512});
+  }
+
+  // Through the runner: a covering retrieval reproduces full KV's greedy tokens, and the working
+  // set holds every token exactly as full KV computed it (the conversation stays exact).
+  void generateWithRetrievalKeepsTheWorkingSetExact() {
+    const Decoder& decoder = models_.decoder("qwen2-bias-tied");
+    const ModelConfig& c = decoder.config();
+    const auto prompt = test::token_ids(90, 7);
+    auto run = [&](MemoryPolicy& policy, KvWorkingSet& ws) {
+      GenerationOptions options;
+      options.max_new_tokens = 24;
+      options.stop_at_eos = false;
+      options.sampling.temperature = 0;
+      return generate(decoder, policy, ws, {}, prompt, options, {});
+    };
+    auto full = make_policy("full");
+    KvWorkingSet full_ws(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    const GenerationResult expect = run(*full, full_ws);
+    auto covering = make_policy("louiskv:stride=1,sinks=4,window=4,budget=512,full_layers=0");
+    KvWorkingSet ws(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    const GenerationResult got = run(*covering, ws);
+    QCOMPARE(got.tokens, expect.tokens);
+    QCOMPARE(got.retrieval.steps, int64_t{23});
+    QCOMPARE(ws.tokens(), full_ws.tokens());
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      QVERIFY(at::allclose(ws.cache().keys(l), full_ws.cache().keys(l), 1e-4, 1e-4));
+    // A tight budget still runs through the runner and reports its retrievals.
+    auto tight = make_policy("louiskv:sinks=4,window=8,budget=16,full_layers=1");
+    KvWorkingSet tight_ws(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    const GenerationResult r = run(*tight, tight_ws);
+    QCOMPARE(static_cast<int64_t>(r.tokens.size()), int64_t{24});
+    QVERIFY(r.retrieval.retrievals >= 1);
+    QVERIFY(r.retrieval.retrievals_per_token() <= 1.0);
+    QCOMPARE(tight_ws.tokens(), int64_t{90 + 23});
+  }
+
+  void composedWithABoundedPrefillPolicy() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    auto policy = make_policy("streaming:sinks=4+louiskv:sinks=4,window=8,budget=32,full_layers=1",
+                              64, c.max_positions, 32);
+    KvWorkingSet ws(shape_of(c), 64 + 32, decoder.dtype(), decoder.device(), c.max_positions);
+    GenerationOptions options;
+    options.max_new_tokens = 80;  // passes the working set's capacity: a plan, then a new pool
+    options.stop_at_eos = false;
+    options.prefill_chunk = 32;
+    options.sampling.temperature = 0;
+    const GenerationResult r =
+        generate(decoder, *policy, ws, {}, test::token_ids(150, 8), options, {});
+    QCOMPARE(static_cast<int64_t>(r.tokens.size()), int64_t{80});
+    QVERIFY(ws.tokens() <= 64 + 32);
+    QCOMPARE(ws.stream_tokens(), int64_t{150 + 79});
+    QVERIFY(r.retrieval.steps == 79);
+  }
+
+  void promptByDecodeFeedsTheQuestionThroughRetrieval() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    const auto history = test::token_ids(100, 9), question = test::token_ids(12, 10);
+    GenerationOptions options;
+    options.max_new_tokens = 6;
+    options.stop_at_eos = false;
+    options.sampling.temperature = 0;
+    auto answer = [&](const std::string& spec) {
+      auto policy = make_policy(spec);
+      KvWorkingSet ws(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+      GenerationOptions fill = options;
+      fill.max_new_tokens = 1;
+      (void)generate(decoder, *policy, ws, {}, history, fill, {});
+      ws.truncate(static_cast<int64_t>(history.size()));
+      return generate(decoder, *policy, ws, history, question, options, {});
+    };
+    const GenerationResult full = answer("full");
+    const GenerationResult covering =
+        answer("louiskv:prompt=1,stride=1,sinks=4,window=4,budget=512,full_layers=0");
+    QCOMPARE(covering.tokens, full.tokens);
+    QCOMPARE(covering.retrieval.steps, int64_t{12 + 5});  // the question, then the answer
+  }
+};
+
+QTEST_APPLESS_MAIN(LouisKvTest)
+#include "test_louiskv.moc"
