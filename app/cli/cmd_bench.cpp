@@ -45,7 +45,7 @@ int run_bench(int argc, char** argv) {
   auto with_value = model_flags_with_value();
   with_value.insert({"tokens", "decode-tokens", "repeat", "json", "trace", "hbm-gbps", "chunk"});
   with_value.merge(policy_flags());
-  const Args args(argc, argv, 2, with_value, {});
+  const Args args(argc, argv, 2, with_value, {"per-layer"});
   (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
   const auto pos = args.positional();
   if (pos.size() != 1 || (pos[0] != "prefill" && pos[0] != "decode")) {
@@ -71,6 +71,7 @@ int run_bench(int argc, char** argv) {
   std::vector<double> rates;
   std::vector<double> ttfts;
   int64_t peak_kv = 0;
+  RetrievalStats retrieval;
   for (int64_t run = -1; run < repeat; ++run) {  // run -1 warms up kernels and the allocator
     const bool last = run == repeat - 1;
     // Full KV preallocates the whole request (as before policies); a bounded policy gets its
@@ -101,8 +102,11 @@ int run_bench(int argc, char** argv) {
       options.prefill_chunk = block;
       options.observer = last ? trace_file.get() : nullptr;
       options.trace = last && trace_file;
+      // --per-layer: the eager path every retrieval policy decodes on, for full KV beside them.
+      options.recorded_step = !args.has("per-layer");
       const GenerationResult r = generate(decoder, *run_policy, ws, {}, prompt, options, {});
       peak_kv = r.peak_kv_tokens;
+      retrieval = r.retrieval;
       if (run >= 0) {
         rates.push_back(r.decode_tokens_per_s);
         ttfts.push_back(r.time_to_first_token_ms);
@@ -141,6 +145,22 @@ int run_bench(int argc, char** argv) {
     out["hbm_gbps"] = hbm_gbps;
     out["roofline_tokens_per_s"] = roofline;
     out["fraction_of_roofline"] = median(rates) / roofline;
+    out["per_layer"] = args.has("per-layer");
+    out["per_token_latency_ms"] = median(rates) > 0 ? 1000.0 / median(rates) : 0;
+    // GPU KV: what attention holds on the device (full KV: the whole context at the end).
+    const double full_kv_bytes = 2.0 * c.num_layers * c.num_kv_heads * c.head_dim *
+                                 (tokens + decode_tokens) *
+                                 static_cast<double>(at::elementSize(decoder.dtype()));
+    if (retrieval.steps > 0) {
+      out["retrievals_per_token"] = retrieval.retrievals_per_token();
+      out["loaded_rows_per_token"] =
+          static_cast<double>(retrieval.loaded_rows) / static_cast<double>(retrieval.steps);
+      out["device_kv_bytes"] = retrieval.device_kv_bytes;
+      out["pool_bytes"] = retrieval.pool_bytes;
+      out["device_kv_fraction_of_full"] = retrieval.device_kv_bytes / full_kv_bytes;
+    } else {
+      out["device_kv_bytes"] = full_kv_bytes;
+    }
   }
   emit_bench_report(out, args);
   return 0;

@@ -203,7 +203,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
   // working set's fixed slots, whatever the policy keeps there; a traced request, a policy that
   // watches decode layers, or decode-time retrieval keeps the per-layer path.
   std::unique_ptr<StaticDecodeStep> static_step;
-  if (decoder.device().is_cuda() && !trace && !retrieval &&
+  if (decoder.device().is_cuda() && options.recorded_step && !trace && !retrieval &&
       !policy.wants_layers(ForwardPhase::kDecode)) {
     static_step = std::make_unique<StaticDecodeStep>(decoder, ws.cache());
   }

@@ -25,7 +25,8 @@ struct GenerationOptions {
   bool stop_at_eos = true;
   int64_t prefill_chunk = 512;  // bounds attention scratch memory on long prompts
   EngineObserver* observer = nullptr;
-  bool trace = false;  // record layer intervals (sent to the observer)
+  bool trace = false;         // record layer intervals (sent to the observer)
+  bool recorded_step = true;  // CUDA: decode through the recorded graph step when the policy can
   const std::atomic<bool>* cancel = nullptr;
 };
 

@@ -363,7 +363,7 @@ ModelConfig named_shape(const std::string& name) {
     qwen25(3584, 18944, 28, 28, 4, 152064, false);
   } else if (name == "qwen2.5-14b") {
     qwen25(5120, 13824, 48, 40, 8, 152064, false);
-  } else if (name == "llama3-8b") {
+  } else if (name == "llama3-8b" || name == "llama3.1-8b") {
     llama();
     c.hidden_size = 4096;
     c.intermediate_size = 14336;
@@ -373,7 +373,9 @@ ModelConfig named_shape(const std::string& name) {
     c.head_dim = 128;
     c.vocab_size = 128256;
     c.rope.theta = 500000.0;
-    c.max_positions = 8192;
+    // llama3.1-8b: the same layers with Llama 3.1's 128K positions (LouisKV's 32K+16K requests);
+    // its RoPE scaling changes no cost, so random weights leave it out.
+    c.max_positions = name == "llama3-8b" ? 8192 : 131072;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001};
   } else if (name == "tiny" || name == "tiny-32k") {
@@ -400,7 +402,8 @@ ModelConfig named_shape(const std::string& name) {
 }
 
 std::vector<std::string> named_shapes() {
-  return {"qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-14b", "llama3-8b", "tiny", "tiny-32k"};
+  return {"qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-14b", "llama3-8b",
+          "llama3.1-8b",  "tiny",       "tiny-32k"};
 }
 
 }  // namespace engram

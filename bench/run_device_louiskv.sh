@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 17 (LouisKV) on the GPU machine, in one call:
+#  1. engram-gpu-checks: the LouisKV kernels (k-means assign/update, budgeted selection, row
+#     gather from a pinned and a device pool) against their CPU reference bodies, with timings;
+#  2. CUDA test rows: greedy tokens of full KV against louiskv and pageretrieval with a budget that
+#     covers the pool, a retrieval at every step, a 4-token window that keeps offloading and no
+#     full layers (must be identical in f32; bf16 reported), on every fixture;
+#  3. per-token decode latency, llama3.1-8b shape (random weights) bf16: 32K in / 512 out for full
+#     KV (recorded graph and per-layer), louiskv (adaptive tau 0.7, and fixed stride 16) and
+#     pageretrieval at B=1024, retrievals per token and device KV bytes; then the long-output case
+#     (500 in / LONG_OUT out) when time is left.
+#   ENGRAM_COMMIT=<sha> OUT=<dir> [LONG_OUT=2048] [PHASES="checks rows latency long"] bash bench/run_device_louiskv.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/engram-out}
+R=$OUT/louiskv
+mkdir -p "$R"
+PHASES=${PHASES:-"checks rows latency"}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/device.txt"
+echo "commit ${ENGRAM_COMMIT:-unknown} date $(date -u +%F)" >> "$R/device.txt"
+TOP=$OUT
+finish() { tar -C "$TOP" -czf "$TOP/louiskv.tar.gz" louiskv && rm -rf "$R"; }
+trap finish EXIT
+OUT=$R DEVICE_TARGETS=engram-gpu-checks source bench/device_build.sh
+OUT=$TOP
+if [[ $PHASES == *checks* ]]; then
+  $B/bench/engram-gpu-checks --json "$R/gpu_checks.json" > "$R/gpu_checks.log" 2>&1
+  echo "gpu checks rc=$?"; grep -E "FAIL|TIME" "$R/gpu_checks.log" | head -20
+  grep -c "PASS louiskv" "$R/gpu_checks.log"
+fi
+if [[ $PHASES == *rows* ]]; then
+  cover="stride=1,sinks=4,window=4,budget=4096,full_layers=0"
+  for dtype in f32 bf16; do
+    for m in llama-gqa qwen2-bias-tied qwen3-qknorm llama3-rope-scaling mistral; do
+      flags="--model tests/data/models/$m --ids 1000,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 --max-tokens 64 --ignore-eos --device cuda --dtype $dtype"
+      f=$($CLI generate $flags --policy full 2>>"$R/generate.err")
+      for p in "louiskv:$cover" "pageretrieval:$cover"; do
+        g=$($CLI generate $flags --policy "$p" 2>>"$R/generate.err")
+        python3 -c "import sys; a,b=sys.argv[3].split(','),sys.argv[4].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'{sys.argv[1]} {sys.argv[2]} [{sys.argv[5]}]: full {len(a)} vs retrieval {len(b)} tokens, identical prefix {n}')" $dtype $m "$f" "$g" "${p%%:*}"
+      done
+    done
+  done 2>&1 | tee "$R/covering_vs_full.txt" | grep -v "identical prefix 64$"; tail -3 "$R/generate.err"
+  echo "rows: $(grep -c 'identical prefix 64$' "$R/covering_vs_full.txt") of $(wc -l < "$R/covering_vs_full.txt") identical"
+fi
+bench() {  # name, timeout, args...
+  local name=$1 t=$2; shift 2
+  timeout $t $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --repeat 1 "$@" \
+    --json "$R/$name.json" > "$R/$name.log" 2>&1
+  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token, retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB\")" "$R/$name.json" 2>/dev/null)"
+}
+if [[ $PHASES == *latency* ]]; then
+  L="--tokens 32768 --decode-tokens 512"
+  bench in32k-full-graph 150 $L --policy full
+  bench in32k-full-per-layer 150 $L --policy full --per-layer
+  bench in32k-louiskv-b1024 150 $L --policy louiskv:tau=70,sinks=64,window=256,budget=1024
+  bench in32k-louiskv-stride16-b1024 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024
+  bench in32k-pageretrieval-b1024 150 $L --policy pageretrieval:sinks=64,window=256,budget=1024
+fi
+if [[ $PHASES == *long* ]]; then
+  L="--tokens 500 --decode-tokens ${LONG_OUT:-2048}"
+  bench out-full-per-layer 200 $L --policy full --per-layer
+  bench out-louiskv-b1024 200 $L --policy louiskv:tau=70,sinks=500,window=128,budget=1024
+  bench out-pageretrieval-b1024 200 $L --policy pageretrieval:sinks=500,window=128,budget=1024
+fi
