@@ -10,6 +10,7 @@
 #include "core/kv/cache_kv_source.h"
 #include "core/kv/retrieval_kv_source.h"
 #include "core/kv/working_set.h"
+#include "core/policies/h2o_policy.h"
 #include "core/policies/louiskv_policy.h"
 #include "core/policies/page_retrieval_policy.h"
 #include "core/policies/policy_registry.h"
@@ -321,6 +322,51 @@ class LouisKvTest : public QObject {
     QVERIFY(ws.tokens() <= 64 + 32);
     QCOMPARE(ws.stream_tokens(), int64_t{150 + 79});
     QVERIFY(r.retrieval.steps == 79);
+  }
+
+  // H2O (the paper's dropping baseline): the heaviest accumulated hitters + the recent half.
+  void h2oKeepsHeavyHittersAndTheRecentHalf() {
+    H2oPolicy h2o;
+    auto feed = [&](std::vector<float> a, std::vector<float> b) {
+      LayerView view;
+      view.layer = 0;
+      view.k = at::zeros({1, 1, 1, 4});
+      view.probs = at::cat({at::tensor(a).view({1, 1, 1, 6}), at::tensor(b).view({1, 1, 1, 6})}, 1);
+      h2o.on_layer(view);  // two query heads of one KV head, one row each
+    };
+    feed({0.1f, 0.5f, 0.0f, 0.2f, 0.1f, 0.1f}, {0.0f, 0.1f, 0.0f, 0.6f, 0.2f, 0.1f});
+    feed({0.3f, 0.0f, 0.1f, 0.0f, 0.3f, 0.3f}, {0.0f, 0.0f, 0.0f, 0.0f, 0.5f, 0.5f});
+    QVERIFY(at::allclose(h2o.layer_scores(0),
+                         at::tensor({0.4f, 0.6f, 0.1f, 0.8f, 1.1f, 1.0f}).view({1, 6})));
+    WorkingSetInfo ws;
+    ws.tokens = 6;
+    ws.layers = 1;
+    ws.kv_heads = 1;
+    const auto plan = h2o.shrink(ws, 4);
+    QVERIFY(plan.has_value());
+    // Recent: slots 4, 5; heavy among 0..3: slots 3 (0.8) and 1 (0.6), in slot order.
+    QCOMPARE(plan->per_head[0][0], (std::vector<int64_t>{1, 3, 4, 5}));
+    QVERIFY(at::allclose(h2o.layer_scores(0), at::tensor({0.6f, 0.8f, 1.1f, 1.0f}).view({1, 4})));
+  }
+
+  void h2oWithABudgetAboveTheHistoryIsFullKv() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    GenerationOptions options;
+    options.max_new_tokens = 16;
+    options.stop_at_eos = false;
+    options.sampling.temperature = 0;
+    options.prefill_chunk = 32;
+    auto run = [&](const std::string& spec, int64_t budget) {
+      auto policy = make_policy(spec, budget, c.max_positions, 32);
+      KvWorkingSet ws(shape_of(c), budget > 0 ? budget + 32 : 0, decoder.dtype(), decoder.device(),
+                      c.max_positions);
+      return generate(decoder, *policy, ws, {}, test::token_ids(60, 11), options, {});
+    };
+    QCOMPARE(run("h2o", 128).tokens, run("full", 0).tokens);
+    const GenerationResult tight = run("h2o", 32);
+    QVERIFY(tight.peak_kv_tokens <= 32 + 32);
+    QVERIFY(tight.evicted_tokens > 0);
   }
 
   void promptByDecodeFeedsTheQuestionThroughRetrieval() {

@@ -71,7 +71,7 @@ class MemoryPoliciesTest : public QObject {
     QCOMPARE(make_policy("full")->name(), std::string("full"));
     QCOMPARE(make_policy("streaming:sinks=8")->spec(), std::string("streaming:sinks=8"));
     QCOMPARE(make_policy("snapkv")->spec(), std::string("snapkv"));
-    QVERIFY_EXCEPTION_THROWN(make_policy("h2o"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("h3o"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("streaming:sink=8"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("streaming:sinks=-1"), std::invalid_argument);
     QCOMPARE(std::string(default_policy_spec()), std::string("streaming"));

@@ -5,6 +5,7 @@
 
 #include "core/policies/epicache_policy.h"
 #include "core/policies/full_policy.h"
+#include "core/policies/h2o_policy.h"
 #include "core/policies/louiskv_policy.h"
 #include "core/policies/page_retrieval_policy.h"
 #include "core/policies/retrieving_policy.h"
@@ -135,6 +136,10 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     const int64_t window = take(options, "window", 64);
     policy = std::make_unique<SnapKvPolicy>(std::max<int64_t>(1, window),
                                             std::max<int64_t>(1, take(options, "kernel", 7)));
+  } else if (name == "h2o") {
+    const int64_t recent = take(options, "recent", 50);
+    if (recent > 100) throw std::invalid_argument("policy '" + spec + "': recent is a percent");
+    policy = std::make_unique<H2oPolicy>(recent);
   } else if (is_retrieval(name)) {
     auto decode = make_retrieval(spec, name, options);
     policy = std::make_unique<RetrievingPolicy>(std::make_unique<FullPolicy>(), std::move(decode));
@@ -159,7 +164,7 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     std::string names;
     for (const auto& d : policy_catalog())
       names += (names.empty() ? "" : ", ") + d.name;
-    names += ", epicache (eval conversation), pageretrieval, PREFILL+louiskv";
+    names += ", epicache (eval conversation), h2o, pageretrieval, PREFILL+louiskv";
     throw std::invalid_argument("unknown memory policy '" + name + "'; known: " + names);
   }
   reject_leftovers(spec, options);
