@@ -15,6 +15,7 @@ int run_sim(int argc, char** argv);              // the household simulator, int
 int run_export_embodied(int argc, char** argv);  // `export embodied`: expert training data
 int run_eval_embodied(int argc, char** argv);    // `eval embodied`: the model as planner
 int run_eval_keep(int argc, char** argv);        // `eval keep`: selective recomputation fidelity
+int run_eval_louiskv(int argc, char** argv);     // `eval louiskv`: decode-time policy fidelity
 int run_export_conversation(int argc, char** argv);  // `export conversation`: QA/chat data
 int run_eval_conversation(int argc, char** argv);    // `eval conversation`: QA over history
 int run_export_chat(int argc, char** argv);  // `export chat`: a profile's conversations to a file

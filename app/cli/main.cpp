@@ -112,6 +112,8 @@ void usage() {
       "  eval keep --model DIR [--episodes N] [--seed S] [--segments 10,20,30,40]\n"
       "           [--methods full-recompute,prefix-cache,full-reuse,cacheblend,keep] [--every K]\n"
       "           [--closed-loop] [--json FILE]   (selective recomputation vs full prefill)\n"
+      "  eval louiskv --model DIR [--episodes N] [--seed S] [--new-tokens M]\n"
+      "           [--policies 'SPEC[@BUDGET];...'] [--json FILE]   (decode policies vs full KV)\n"
       "  export conversation --conversations N --seed S --out FILE [--min-tokens A]\n"
       "           [--max-tokens B]\n"
       "  eval conversation --model DIR [--episodes N] [--seed S] [--policy P] [--kv-budget T]\n"
@@ -152,6 +154,7 @@ int main(int argc, char** argv) {
       return engram::cli::run_export_embodied(argc, argv);
     if (command == "eval" && sub == "embodied") return engram::cli::run_eval_embodied(argc, argv);
     if (command == "eval" && sub == "keep") return engram::cli::run_eval_keep(argc, argv);
+    if (command == "eval" && sub == "louiskv") return engram::cli::run_eval_louiskv(argc, argv);
     if (command == "export" && sub == "conversation") {
       return engram::cli::run_export_conversation(argc, argv);
     }

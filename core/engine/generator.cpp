@@ -220,7 +220,12 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
       break;
     }
     // Either way one id or the logits cross to the host: a sync point.
-    const int64_t token = next_is_argmax ? static_step->greedy_token() : sampler.next(logits, all);
+    if (options.on_logits) options.on_logits(logits);
+    const bool forced =
+        options.forced_tokens && step < static_cast<int64_t>(options.forced_tokens->size());
+    const int64_t token = forced           ? (*options.forced_tokens)[step]
+                          : next_is_argmax ? static_step->greedy_token()
+                                           : sampler.next(logits, all);
     if (step == 0) {
       result.prefill_ms = ms_since(t0);
       result.time_to_first_token_ms = result.prefill_ms;
@@ -263,7 +268,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     if (static_step) {
       logits = static_step->step(token, ws.next_position());
       ws.appended(1);
-      next_is_argmax = greedy;
+      next_is_argmax = greedy && !options.on_logits;
       continue;
     }
     logits = forward_block(decoder, policy, ws, {token}, ForwardPhase::kDecode, step + 1, timeline,

@@ -27,6 +27,10 @@ struct GenerationOptions {
   EngineObserver* observer = nullptr;
   bool trace = false;         // record layer intervals (sent to the observer)
   bool recorded_step = true;  // CUDA: decode through the recorded graph step when the policy can
+  // Teacher forcing (fidelity evaluations): the runner feeds these tokens instead of sampling and
+  // hands every step's logits [vocab] to on_logits before it (one per generated token).
+  const std::vector<int64_t>* forced_tokens = nullptr;
+  std::function<void(const at::Tensor&)> on_logits;
   const std::atomic<bool>* cancel = nullptr;
 };
 
