@@ -33,7 +33,7 @@ if [[ $PHASES == *rows* ]]; then
     for m in llama-gqa qwen2-bias-tied qwen3-qknorm llama3-rope-scaling mistral; do
       flags="--model tests/data/models/$m --ids 1000,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 --max-tokens 64 --ignore-eos --device cuda --dtype $dtype"
       f=$($CLI generate $flags --policy full 2>>"$R/generate.err")
-      for p in "louiskv:$cover" "pageretrieval:$cover"; do
+      for p in "louiskv:$cover" "pageretrieval:$cover,page=4"; do
         g=$($CLI generate $flags --policy "$p" 2>>"$R/generate.err")
         python3 -c "import sys; a,b=sys.argv[3].split(','),sys.argv[4].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'{sys.argv[1]} {sys.argv[2]} [{sys.argv[5]}]: full {len(a)} vs retrieval {len(b)} tokens, identical prefix {n}')" $dtype $m "$f" "$g" "${p%%:*}"
       done

@@ -50,12 +50,15 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       l.keys.select(0, 0).narrow(1, 0, n).copy_(keys);
       l.values.select(0, 0).narrow(1, 0, n).copy_(values);
       l.length = n;
+      l.valid = at::ones({1, n + max_new_}, keys.options().dtype(at::kLong));
       stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values);
       continue;
     }
     ++stats_.retrieval_layers;
     l.keys = at::zeros({1, heads, sinks_ + s.budget + s.window, dim}, keys.options());
     l.values = at::zeros_like(l.keys);
+    l.valid = at::zeros({1, l.keys.size(2)}, keys.options().dtype(at::kLong));
+    l.valid.narrow(1, 0, sinks_).fill_(1);
     l.keys.select(0, 0).narrow(1, 0, sinks_).copy_(keys.narrow(1, 0, sinks_));
     l.values.select(0, 0).narrow(1, 0, sinks_).copy_(values.narrow(1, 0, sinks_));
     l.pool_keys = empty_pool(heads, prompt + max_new_, dim, keys.scalar_type(), keys.device());
@@ -117,7 +120,7 @@ AttendKv RetrievalKvSource::full_layer(Layer& l, const FreshKv& fresh, int64_t p
   l.keys.narrow(2, l.length, 1).copy_(fresh.keys);
   l.values.narrow(2, l.length, 1).copy_(fresh.values);
   ++l.length;
-  return attend(l, l.length, {{0, l.length}}, position);
+  return attend(l, l.length, position);
 }
 
 AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh,
@@ -136,6 +139,8 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     gpu::gather_rows(values, l.pool_values, rows);
     // Every head's units hold all pool rows, so every head fills the same count: no sync.
     l.retrieved = std::min(s.budget, l.pool_rows);
+    l.valid.narrow(1, sinks_, l.retrieved).fill_(1);
+    l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(0);
     ++stats_.retrievals;
     stats_.loaded_rows += l.retrieved * l.keys.size(1);
     events_.push_back({step_, layer, l.retrieved});
@@ -145,9 +150,9 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
   const int64_t local_begin = sinks_ + s.budget;
   l.keys.narrow(2, local_begin + l.local, 1).copy_(fresh.keys);
   l.values.narrow(2, local_begin + l.local, 1).copy_(fresh.values);
+  l.valid.narrow(1, local_begin + l.local, 1).fill_(1);
   ++l.local;
-  return attend(l, local_begin + s.window,
-                {{0, sinks_ + l.retrieved}, {local_begin, local_begin + l.local}}, position);
+  return attend(l, local_begin + s.window, position);
 }
 
 void RetrievalKvSource::offload_oldest(Layer& l) {
@@ -174,6 +179,7 @@ void RetrievalKvSource::offload_oldest(Layer& l) {
   for (at::Tensor* t : {&l.keys, &l.values}) {
     t->narrow(2, local_begin, rest).copy_(t->narrow(2, local_begin + cut, rest).clone());
   }
+  l.valid.narrow(1, local_begin + rest, cut).fill_(0);
   l.local = rest;
   std::vector<int64_t> starts{0};
   for (int64_t start : l.segment_starts) {
@@ -182,19 +188,14 @@ void RetrievalKvSource::offload_oldest(Layer& l) {
   l.segment_starts = std::move(starts);
 }
 
-AttendKv RetrievalKvSource::attend(const Layer& l, int64_t slots,
-                                   const std::vector<std::pair<int64_t, int64_t>>& valid,
-                                   int64_t position) const {
+AttendKv RetrievalKvSource::attend(const Layer& l, int64_t slots, int64_t position) const {
   // Every held key is in the past of the query: a valid slot gets the query's own position (seen,
-  // also inside a sliding window), an empty one -1. RoPE is already in the keys.
-  at::Tensor key_positions = at::full({1, slots}, -1, at::kLong);
-  for (const auto& [begin, end] : valid) {
-    if (end > begin) key_positions.narrow(1, begin, end - begin).fill_(position);
-  }
+  // also inside a sliding window), an empty one -1. RoPE is already in the keys. Computed on the
+  // device from the slots' flags: no host tensor, no copy per layer.
   AttendKv out;
   out.keys = l.keys.narrow(2, 0, slots);
   out.values = l.values.narrow(2, 0, slots);
-  out.key_positions = key_positions.to(l.keys.device());
+  out.key_positions = l.valid.narrow(1, 0, slots) * (position + 1) - 1;
   out.dense_causal = false;
   return out;
 }

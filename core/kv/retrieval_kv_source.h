@@ -89,16 +89,16 @@ class RetrievalKvSource : public KvSource {
     at::Tensor sizes, offsets;  // [H, units] int64 on the device
     at::Tensor index;           // [H, units, I] f32 on the device
     int64_t units = 0;
-    int64_t retrieved = 0;                // valid rows of the retrieved region
-    int64_t local = 0;                    // tokens in the local window
+    int64_t retrieved = 0;  // valid rows of the retrieved region
+    int64_t local = 0;      // tokens in the local window
+    at::Tensor valid;       // [1, slots] int64 on the device: 1 where a slot holds a key
     std::vector<int64_t> segment_starts;  // temporal segments in the local window
   };
 
   AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
   AttendKv retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh, int64_t position);
   void offload_oldest(Layer& l);
-  AttendKv attend(const Layer& l, int64_t slots,
-                  const std::vector<std::pair<int64_t, int64_t>>& valid, int64_t position) const;
+  AttendKv attend(const Layer& l, int64_t slots, int64_t position) const;
 
   RetrievalPolicy& policy_;
   KvCache* mirror_;

@@ -81,10 +81,12 @@ bool LouisKvPolicy::retrieve(int64_t layer, int64_t step, const at::Tensor& q) {
   const at::Tensor current = q.to(at::kFloat);
   at::Tensor& previous = previous_q_.at(layer);
   bool boundary = step == 0 || !previous.defined();
-  if (!boundary) {
+  if (!boundary && options_.stride > 0) {
+    boundary = step % options_.stride == 0;  // no r_t: it would cost a device sync per layer
+  } else if (!boundary) {
     const float r = at::cosine_similarity(current, previous, 1).mean().item<float>();
     similarity_[layer].push_back(r);
-    boundary = options_.stride > 0 ? step % options_.stride == 0 : r < options_.tau;
+    boundary = r < options_.tau;
   }
   previous = current;
   return boundary;
