@@ -28,12 +28,12 @@ if [[ $PHASES == *checks* ]]; then
   grep -c "PASS louiskv" "$R/gpu_checks.log"
 fi
 if [[ $PHASES == *rows* ]]; then
-  cover="stride=1,sinks=4,window=4,budget=4096,full_layers=0"
+  cover="sinks=4,window=4,budget=4096,full_layers=0"
   for dtype in f32 bf16; do
     for m in llama-gqa qwen2-bias-tied qwen3-qknorm llama3-rope-scaling mistral; do
       flags="--model tests/data/models/$m --ids 1000,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20 --max-tokens 64 --ignore-eos --device cuda --dtype $dtype"
       f=$($CLI generate $flags --policy full 2>>"$R/generate.err")
-      for p in "louiskv:$cover" "pageretrieval:$cover,page=4"; do
+      for p in "louiskv:stride=1,$cover" "pageretrieval:$cover,page=4"; do
         g=$($CLI generate $flags --policy "$p" 2>>"$R/generate.err")
         python3 -c "import sys; a,b=sys.argv[3].split(','),sys.argv[4].split(','); n=next((i for i,(x,y) in enumerate(zip(a,b)) if x!=y), min(len(a),len(b))); print(f'{sys.argv[1]} {sys.argv[2]} [{sys.argv[5]}]: full {len(a)} vs retrieval {len(b)} tokens, identical prefix {n}')" $dtype $m "$f" "$g" "${p%%:*}"
       done
