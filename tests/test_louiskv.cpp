@@ -16,6 +16,7 @@
 #include "core/policies/policy_registry.h"
 #include "core/policies/retrieving_policy.h"
 #include "gpu/device_timeline.h"
+#include "support/collected_intervals.h"
 #include "support/fixture_models.h"
 
 using namespace engram;
@@ -303,6 +304,35 @@ class LouisKvTest : public QObject {
     QVERIFY(r.retrieval.retrievals >= 1);
     QVERIFY(r.retrieval.retrievals_per_token() <= 1.0);
     QCOMPARE(tight_ws.tokens(), int64_t{90 + 23});
+  }
+
+  // The layer timeline's retrieval events: one "retrieve" interval on the copy lane of a layer
+  // for every retrieval the source made there, with the rows it loaded.
+  void retrievalsAreTracedPerLayer() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    auto policy = make_policy("louiskv:stride=3,sinks=4,window=8,budget=16,full_layers=1");
+    KvWorkingSet ws(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    test::CollectedIntervals seen;
+    GenerationOptions options;
+    options.max_new_tokens = 10;
+    options.stop_at_eos = false;
+    options.sampling.temperature = 0;
+    options.observer = &seen;
+    options.trace = true;
+    const GenerationResult r =
+        generate(decoder, *policy, ws, {}, test::token_ids(50, 12), options, {});
+    std::vector<int64_t> steps;
+    for (const LayerInterval& i : seen.intervals) {
+      if (i.what != "retrieve") continue;
+      QCOMPARE(i.layer, int64_t{1});  // layer 0 keeps every token
+      QCOMPARE(i.lane, TraceLane::kCopy);
+      QCOMPARE(i.tokens, int64_t{16});
+      steps.push_back(i.step);
+    }
+    // Nine decode forwards (steps 1..9), the source retrieving at its steps 0, 3, 6.
+    QCOMPARE(static_cast<int64_t>(steps.size()), r.retrieval.retrievals);
+    QCOMPARE(steps, (std::vector<int64_t>{1, 4, 7}));
   }
 
   void composedWithABoundedPrefillPolicy() {

@@ -40,6 +40,7 @@ QString format_bytes(int64_t b) {
 }
 
 QColor color_of(const LayerInterval& i) {
+  if (i.what == "retrieve") return QColor(0xc4, 0x3c, 0x9a);  // LouisKV / Quest retrievals
   if (i.lane == TraceLane::kCopy) return QColor(0xe6, 0x8a, 0x00);
   if (i.phase == "frame" || i.phase == "isolated_frame") {  // OxyGen frame events, by task
     if (i.what == "prefill") return QColor(0x2f, 0x6f, 0xd6);

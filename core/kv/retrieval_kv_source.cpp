@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/trace/trace_recorder.h"
 #include "gpu/budgeted_select.h"
 #include "gpu/device_timeline.h"
 #include "gpu/row_gather.h"
@@ -107,7 +108,7 @@ AttendKv RetrievalKvSource::layer_kv(int64_t layer, const FreshKv& fresh,
   const int64_t position = ctx.positions[0][0];
   Layer& l = layers_.at(layer);
   if (layer < policy_.settings().full_layers) return full_layer(l, fresh, position);
-  return retrieval_layer(layer, l, fresh, position);
+  return retrieval_layer(layer, l, fresh, position, ctx.trace);
 }
 
 void RetrievalKvSource::end_forward(const ForwardContext& ctx) {
@@ -124,12 +125,16 @@ AttendKv RetrievalKvSource::full_layer(Layer& l, const FreshKv& fresh, int64_t p
 }
 
 AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh,
-                                            int64_t position) {
+                                            int64_t position, TraceRecorder* trace) {
   const RetrievalSettings& s = policy_.settings();
   const at::Tensor q = fresh.queries.select(0, 0).select(1, 0);  // [Hq, d]
   const bool retrieve = policy_.retrieve(layer, step_, q);
   if (l.local == s.window) offload_oldest(l);
   if (retrieve) {
+    // A "retrieve" interval on the layer's copy lane: scoring, selection and the rows' copy (the
+    // layer timeline panel draws it; its tokens are the rows loaded per KV head).
+    TraceRecorder::Open open;
+    if (trace) open = trace->begin(layer, TraceLane::kCopy, "retrieve");
     const at::Tensor scores = policy_.score(q, l.index.narrow(1, 0, l.units));
     const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, l.units),
                                                       l.offsets.narrow(1, 0, l.units), s.budget);
@@ -144,6 +149,11 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     ++stats_.retrievals;
     stats_.loaded_rows += l.retrieved * l.keys.size(1);
     events_.push_back({step_, layer, l.retrieved});
+    if (trace) {
+      trace->end(open, l.retrieved,
+                 2 * l.retrieved * l.keys.size(1) * l.keys.size(3) *
+                     static_cast<int64_t>(l.keys.element_size()));
+    }
     if (policy_.page_tokens() == 0) l.segment_starts.push_back(l.local);
   }
   if (l.segment_starts.empty()) l.segment_starts.push_back(0);

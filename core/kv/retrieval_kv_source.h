@@ -96,7 +96,8 @@ class RetrievalKvSource : public KvSource {
   };
 
   AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
-  AttendKv retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh, int64_t position);
+  AttendKv retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh, int64_t position,
+                           TraceRecorder* trace);
   void offload_oldest(Layer& l);
   AttendKv attend(const Layer& l, int64_t slots, int64_t position) const;
 
