@@ -178,6 +178,7 @@ int run_eval_conversation(int argc, char** argv) {
   // a budget takes the whole history in blocks.
   const bool bounded = policy->budget() > 0;
   int64_t peak_kv = 0, evicted_sum = 0, rebuilt_questions = 0;
+  RetrievalStats retrieval;  // decode-time retrieval over every question (louiskv, Quest)
   env::QaTally tally;
   std::vector<double> ttft;
   nlohmann::json details = nlohmann::json::array();
@@ -328,6 +329,7 @@ int run_eval_conversation(int argc, char** argv) {
           });
       peak_kv = std::max(peak_kv, r.peak_kv_tokens);
       evicted_sum += r.evicted_tokens;
+      retrieval.add(r.retrieval);
       if (r.stop_reason != "stop") text += stream.finish();
       std::string answer = text.substr(0, text.find('\n'));
       answer.erase(0, answer.find_first_not_of(" \t"));
@@ -379,6 +381,10 @@ int run_eval_conversation(int argc, char** argv) {
       static_cast<long long>(episodes), static_cast<long long>(mc.max_positions),
       static_cast<long long>(evidence_cut));
 
+  if (retrieval.steps > 0) {
+    std::printf("retrieval: %.3f retrievals per token and layer over %lld decode steps\n",
+                retrieval.retrievals_per_token(), static_cast<long long>(retrieval.steps));
+  }
   if (episodic) {
     std::printf(
         "epicache: %.1f episodes per conversation (clustering %.0f ms); routed to the episode "
@@ -396,6 +402,7 @@ int run_eval_conversation(int argc, char** argv) {
         {"peak_kv_tokens", peak_kv},
         {"questions_rebuilt_from_text", rebuilt_questions},
         {"evicted_tokens", evicted_sum},
+        {"retrievals_per_token", retrieval.retrievals_per_token()},
         {"device", decoder.device().str()},
         {"dtype", c10::toString(decoder.dtype())},
         {"episodes", episodes},
