@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/policies/top_scored_plan.h"
+
 namespace engram {
 
 std::string H2oPolicy::spec() const {
@@ -43,29 +45,18 @@ std::optional<KeepPlan> H2oPolicy::shrink(const WorkingSetInfo& ws, int64_t targ
   target = std::max<int64_t>(0, std::min(target, ws.tokens));
   const int64_t recent = std::min(target, target * recent_percent_ / 100);
   const int64_t heavy = target - recent;
-  const int64_t older = ws.tokens - recent;
-  KeepPlan plan;
-  plan.per_head.resize(ws.layers);
-  std::vector<at::Tensor> kept_scores(ws.layers);
-  for (int64_t l = 0; l < ws.layers; ++l) {
-    at::Tensor s = at::zeros({ws.kv_heads, ws.tokens}, at::kFloat);
-    if (l < static_cast<int64_t>(scores_.size()) && scores_[l].defined()) {
-      const int64_t scored = std::min(ws.tokens, scores_[l].size(1));
-      s.narrow(1, 0, scored).copy_(scores_[l].narrow(1, 0, scored));
-    }
-    at::Tensor chosen = std::get<1>(s.narrow(1, 0, older).topk(heavy, 1));
-    chosen = std::get<0>(chosen.sort(1));
-    const at::Tensor tail = at::arange(older, ws.tokens, at::TensorOptions().dtype(at::kLong))
-                                .unsqueeze(0)
-                                .expand({ws.kv_heads, recent});
-    const at::Tensor keep = at::cat({chosen, tail}, 1).contiguous();  // [H, target]
-    kept_scores[l] = s.gather(1, keep);
-    plan.per_head[l].resize(ws.kv_heads);
-    for (int64_t h = 0; h < ws.kv_heads; ++h) {
-      const int64_t* p = keep[h].data_ptr<int64_t>();
-      plan.per_head[l][h].assign(p, p + target);
-    }
-  }
+  std::vector<at::Tensor> kept_scores;
+  KeepPlan plan = top_scored_plan(
+      ws, target, recent,
+      [&](int64_t l) {
+        at::Tensor s = at::zeros({ws.kv_heads, ws.tokens}, at::kFloat);
+        if (l < static_cast<int64_t>(scores_.size()) && scores_[l].defined()) {
+          const int64_t scored = std::min(ws.tokens, scores_[l].size(1));
+          s.narrow(1, 0, scored).copy_(scores_[l].narrow(1, 0, scored));
+        }
+        return s;
+      },
+      kept_scores);
   scores_ = std::move(kept_scores);  // kept slot j is now slot j
   plan.reason = "h2o: " + std::to_string(heavy) + " heavy hitters per head + the " +
                 std::to_string(recent) + " most recent";

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/policies/top_scored_plan.h"
+
 namespace engram {
 
 std::string SnapKvPolicy::spec() const {
@@ -59,25 +61,10 @@ std::optional<KeepPlan> SnapKvPolicy::shrink(const WorkingSetInfo& ws, int64_t t
   target = std::max<int64_t>(0, std::min(target, ws.tokens));
   const int64_t window = std::min(fresh_ ? probed_rows_ : window_, target);
   const int64_t choose = target - window;
-  const int64_t older = ws.tokens - window;
-  KeepPlan plan;
-  plan.per_head.resize(ws.layers);
-  std::vector<at::Tensor> kept_scores(ws.layers);
-  for (int64_t l = 0; l < ws.layers; ++l) {
-    const at::Tensor s = scores_for(l, ws.kv_heads, ws.tokens);  // [H, T]
-    at::Tensor chosen = std::get<1>(s.narrow(1, 0, older).topk(choose, 1));
-    chosen = std::get<0>(chosen.sort(1));
-    const at::Tensor recent = at::arange(older, ws.tokens, at::TensorOptions().dtype(at::kLong))
-                                  .unsqueeze(0)
-                                  .expand({ws.kv_heads, window});
-    const at::Tensor keep = at::cat({chosen, recent}, 1).contiguous();  // [H, target]
-    kept_scores[l] = s.gather(1, keep);
-    plan.per_head[l].resize(ws.kv_heads);
-    for (int64_t h = 0; h < ws.kv_heads; ++h) {
-      const int64_t* p = keep[h].data_ptr<int64_t>();
-      plan.per_head[l][h].assign(p, p + target);
-    }
-  }
+  std::vector<at::Tensor> kept_scores;
+  KeepPlan plan = top_scored_plan(
+      ws, target, window, [&](int64_t l) { return scores_for(l, ws.kv_heads, ws.tokens); },
+      kept_scores);
   // The scores follow their slots: kept slot j is now slot j.
   scores_ = std::move(kept_scores);
   fresh_ = false;
