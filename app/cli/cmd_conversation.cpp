@@ -17,6 +17,7 @@
 #include "core/env/conversation_qa_metrics.h"
 #include "core/policies/epicache_policy.h"
 #include "core/policies/lexical_embedding.h"
+#include "core/policies/retrieving_policy.h"
 #include "core/policies/text_embedding.h"
 #include "core/tokenizer/token_stream.h"
 
@@ -36,6 +37,15 @@ ConversationConfig conversation_config(const Args& args, uint64_t seed) {
     throw UsageError("need 1 <= --min-tokens <= --max-tokens");
   if (c.questions_per_type < 1) throw UsageError("--questions-per-type must be at least 1");
   return c;
+}
+
+// The EpiCache policy of a spec, alone or before a decode policy (`epicache+louiskv`): episodes
+// are built for it either way. Null for other policies.
+EpiCachePolicy* epicache_of(MemoryPolicy& policy) {
+  if (auto* e = dynamic_cast<EpiCachePolicy*>(&policy)) return e;
+  if (auto* r = dynamic_cast<RetrievingPolicy*>(&policy))
+    return dynamic_cast<EpiCachePolicy*>(&r->prefill_policy());
+  return nullptr;
 }
 
 int64_t positive(const Args& args, const std::string& name, int64_t fallback) {
@@ -187,7 +197,7 @@ int run_eval_conversation(int argc, char** argv) {
   // EpiCache (epicache_policy.h): the history is clustered into episodes, one cache per episode,
   // each question routed to the nearest centroid. Routing is right when the routed episode holds
   // every evidence utterance's window.
-  const auto* epicache = dynamic_cast<const EpiCachePolicy*>(policy.get());
+  const EpiCachePolicy* epicache = epicache_of(*policy);
   const bool episodic = epicache && epicache->options().patch == PatchKind::kEpisode;
   int64_t episodes_sum = 0, routed_questions = 0, routed_all = 0, routed_any = 0;
   double clustering_ms_sum = 0;
@@ -249,14 +259,14 @@ int run_eval_conversation(int argc, char** argv) {
         HistoryCache cache{nullptr, policy->clone()};
         const std::string patch =
             EpiCachePolicy::episode_patch_text(window_text(u, windows[clustering.medoids[e]]));
-        static_cast<EpiCachePolicy&>(*cache.policy).set_patch(encode_patch(tokenizer, patch));
+        epicache_of(*cache.policy)->set_patch(encode_patch(tokenizer, patch));
         caches.push_back(std::move(cache));
       }
     } else {
       caches.push_back({nullptr, policy->clone()});
       if (epicache && epicache->options().patch == PatchKind::kInfiniPot) {
-        static_cast<EpiCachePolicy&>(*caches.back().policy)
-            .set_patch(encode_patch(tokenizer, EpiCachePolicy::infinipot_patch_text()));
+        epicache_of(*caches.back().policy)
+            ->set_patch(encode_patch(tokenizer, EpiCachePolicy::infinipot_patch_text()));
       }
     }
     for (HistoryCache& cache : caches) {
