@@ -22,7 +22,6 @@ for t in 85 50; do
 done
 # Composition: retrieval over what a prefill policy kept (snapkv at 1024; epicache episodes at 512,
 # the epicache run needs d04e84a or later).
-E=$E OMP_NUM_THREADS=1
 $CLI eval conversation --model resources/models/engram-tiny --episodes $E --policy snapkv --kv-budget 1024 --json "$D/qa-snapkv-1024.json" > "$D/qa-snapkv-1024.txt" 2>&1
 $CLI eval conversation --model resources/models/engram-tiny --episodes $E --policy "snapkv+louiskv:prompt=1,tau=85,sinks=32,window=512,budget=256" --kv-budget 1024 --json "$D/qa-snapkv-1024+louiskv-256.json" > "$D/qa-snapkv-1024+louiskv-256.txt" 2>&1
 $CLI eval conversation --model resources/models/engram-tiny --episodes $E --policy epicache --kv-budget 512 --json "$D/qa-epicache-512.json" > "$D/qa-epicache-512.txt" 2>&1
