@@ -46,13 +46,17 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     const at::Tensor values = working.values(li).select(0, 0).narrow(1, 0, n);
     const int64_t heads = keys.size(0), dim = keys.size(2);
     if (li < s.full_layers) {
+      // With a mirror, a full layer attends to the working set itself (it holds every token):
+      // no second copy of the layer's KV, no second write per token.
+      stats_.device_kv_bytes +=
+          2 * heads * (n + max_new_) * dim * static_cast<int64_t>(keys.element_size());
+      if (mirror_) continue;
       l.keys = at::zeros({1, heads, n + max_new_, dim}, keys.options());
       l.values = at::zeros_like(l.keys);
       l.keys.select(0, 0).narrow(1, 0, n).copy_(keys);
       l.values.select(0, 0).narrow(1, 0, n).copy_(values);
       l.length = n;
       l.valid = at::ones({1, n + max_new_}, keys.options().dtype(at::kLong));
-      stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values);
       continue;
     }
     ++stats_.retrieval_layers;
@@ -107,7 +111,14 @@ AttendKv RetrievalKvSource::layer_kv(int64_t layer, const FreshKv& fresh,
   if (mirror_) mirror_->write(layer, fresh.keys, fresh.values, fresh.positions);
   const int64_t position = ctx.positions[0][0];
   Layer& l = layers_.at(layer);
-  if (layer < policy_.settings().full_layers) return full_layer(l, fresh, position);
+  if (layer < policy_.settings().full_layers) {
+    if (!mirror_) return full_layer(l, fresh, position);
+    AttendKv out;  // as CacheKvSource: the working set with the token just written
+    out.keys = mirror_->keys(layer, 1);
+    out.values = mirror_->values(layer, 1);
+    out.key_positions = mirror_->positions(1);
+    return out;
+  }
   return retrieval_layer(layer, l, fresh, position, ctx.trace);
 }
 

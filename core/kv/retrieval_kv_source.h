@@ -82,8 +82,8 @@ class RetrievalKvSource : public KvSource {
  private:
   struct Layer {
     at::Tensor keys,
-        values;          // full layer: [1, H, n + max_new, d]; else the region [1, H, S+B+W, d]
-    int64_t length = 0;  // full layer: tokens held
+        values;  // the region [1, H, S+B+W, d]; a full layer without mirror: [1, H, n+max_new, d]
+    int64_t length = 0;                 // full layer: tokens held
     at::Tensor pool_keys, pool_values;  // [H, rows, d], pinned host on CUDA
     int64_t pool_rows = 0;
     at::Tensor sizes, offsets;  // [H, units] int64 on the device
