@@ -110,6 +110,14 @@ void DeviceTimeline::compute_wait(int64_t copy_mark) {
   (void)copy_mark;
 }
 
+bool DeviceTimeline::reached(int64_t mark) const {
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) return impl_->events.at(mark)->query();
+#endif
+  (void)mark;
+  return true;
+}
+
 bool pinned_memory_available() {
 #ifdef ENGRAM_WITH_CUDA
   return at::hasCUDA();

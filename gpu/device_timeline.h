@@ -41,6 +41,10 @@ class DeviceTimeline {
   int64_t on_copy_lane(const std::function<void()>& enqueue);
   // Makes the compute stream wait until the copy-lane mark `copy_mark` has been reached.
   void compute_wait(int64_t copy_mark);
+  // Whether the device has passed the mark, without waiting (cudaEventQuery); always true on
+  // the CPU, where work runs when it is issued. For a loader that keeps the copy engine busy
+  // only while compute runs (KEEP's layer-balanced loading).
+  bool reached(int64_t mark) const;
 
  private:
   struct Impl;

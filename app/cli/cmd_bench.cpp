@@ -42,6 +42,7 @@ int run_bench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "restore") return run_bench_restore(argc, argv);
   if (argc > 2 && std::string(argv[2]) == "oxygen") return run_bench_oxygen(argc, argv);
   if (argc > 2 && std::string(argv[2]) == "pages") return run_bench_pages(argc, argv);
+  if (argc > 2 && std::string(argv[2]) == "keep") return run_bench_keep(argc, argv);
   auto with_value = model_flags_with_value();
   with_value.insert({"tokens", "decode-tokens", "repeat", "json", "trace", "hbm-gbps", "chunk"});
   with_value.merge(policy_flags());
@@ -49,7 +50,7 @@ int run_bench(int argc, char** argv) {
   (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
   const auto pos = args.positional();
   if (pos.size() != 1 || (pos[0] != "prefill" && pos[0] != "decode")) {
-    throw UsageError("bench needs a mode: prefill, decode, restore or pages");
+    throw UsageError("bench needs a mode: prefill, decode, restore, pages, oxygen or keep");
   }
   const std::string mode = pos[0];
   const int64_t tokens = args.integer("tokens", 4096);

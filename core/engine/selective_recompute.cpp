@@ -1,6 +1,7 @@
 #include "core/engine/selective_recompute.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -59,15 +60,34 @@ std::vector<int64_t> AssembledPrompt::tokens() const {
   return t;
 }
 
+at::Tensor unit_of_column(const AssembledLayout& layout, at::Device device) {
+  // The prefix and the query go to one extra column, dropped after the sum.
+  const auto u_count = static_cast<int64_t>(layout.units.size());
+  std::vector<int64_t> owner(static_cast<size_t>(layout.total), u_count);
+  for (int64_t u = 0; u < u_count; ++u)
+    std::fill(owner.begin() + layout.units[u].begin, owner.begin() + layout.units[u].end, u);
+  return at::tensor(owner, at::kLong).to(device);
+}
+
+at::Tensor unit_mass_of(const at::Tensor& probs, const at::Tensor& unit_of_column, int64_t units) {
+  at::Tensor mass = at::zeros({probs.size(0), units + 1}, probs.options().dtype(at::kFloat));
+  mass.index_add_(1, unit_of_column, probs.to(at::kFloat));
+  return mass.narrow(1, 0, units);
+}
+
 UnitAttention unit_attention_of(const at::Tensor& probs, const std::vector<int64_t>& rows,
                                 const AssembledLayout& layout) {
-  // Mass per (row, unit): [R, U].
-  std::vector<at::Tensor> per_unit;
-  for (const UnitSpan& s : layout.units)
-    per_unit.push_back(probs.narrow(1, s.begin, s.tokens()).sum(1));
+  return unit_attention_from_mass(unit_mass_of(probs, unit_of_column(layout, probs.device()),
+                                               static_cast<int64_t>(layout.units.size())),
+                                  rows, layout);
+}
+
+UnitAttention unit_attention_from_mass(const at::Tensor& mass_rows,
+                                       const std::vector<int64_t>& rows,
+                                       const AssembledLayout& layout) {
   UnitAttention a;
-  if (per_unit.empty()) return a;
-  const at::Tensor mass = at::stack(per_unit, 1).to(at::kDouble).cpu().contiguous();
+  if (layout.units.empty()) return a;
+  const at::Tensor mass = mass_rows.to(at::kDouble).cpu().contiguous();  // [R, U]
   const auto* m = mass.data_ptr<double>();
   const auto u_count = static_cast<int64_t>(layout.units.size());
 
@@ -110,7 +130,8 @@ UnitAttention unit_attention_of(const at::Tensor& probs, const std::vector<int64
 }
 
 SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt& prompt,
-                                   RecomputePolicy& policy, KvCache& out) {
+                                   RecomputePolicy& policy, KvCache& out,
+                                   const PooledUnits* pooled) {
   const ModelConfig& c = decoder.config();
   const DecoderWeights& w = decoder.weights();
   SelectivePrefill result;
@@ -133,7 +154,8 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
 
   const at::Device device = decoder.device();
   const auto opts = at::TensorOptions().dtype(decoder.dtype()).device(device);
-  // Cached KV of every row, [layers, kv_heads, n, head_dim]; query rows stay zero (always fresh).
+  // Cached KV of every row, [layers, kv_heads, n, head_dim]; query rows stay zero (always
+  // fresh). Layer i's slice is read by layer i only, so the fresh rows are written into it.
   at::Tensor cached_k = at::zeros({layers, c.num_kv_heads, n, c.head_dim}, opts);
   at::Tensor cached_v = at::zeros_like(cached_k);
   if (layout.prefix_tokens > 0) {
@@ -141,20 +163,25 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     cached_v.narrow(2, 0, layout.prefix_tokens).copy_(prompt.prefix->values);
   }
   const at::Tensor inv_freq = decoder.rope().inverse_frequencies();
-  for (const UnitSpan& span : layout.units) {
-    const UnitKv& unit = *prompt.units[static_cast<size_t>(span.unit)];
-    if (unit.keys.size(2) != span.tokens())
-      throw std::invalid_argument("memory unit '" + unit.key + "': its KV holds " +
-                                  std::to_string(unit.keys.size(2)) + " tokens, expected " +
-                                  std::to_string(span.tokens()));
-    at::Tensor keys = unit.keys.to(opts).contiguous().clone();
-    if (span.begin != unit.first_position) {
-      const at::Tensor deltas =
-          at::full({span.tokens()}, span.begin - unit.first_position, opts.dtype(at::kLong));
-      gpu::rope_rotate_(keys, deltas, inv_freq);
+  std::optional<UnitLayerLoader> loader;
+  if (pooled) {
+    loader.emplace(*pooled, layout, cached_k, cached_v, inv_freq);
+  } else {
+    for (const UnitSpan& span : layout.units) {
+      const UnitKv& unit = *prompt.units[static_cast<size_t>(span.unit)];
+      if (unit.keys.size(2) != span.tokens())
+        throw std::invalid_argument("memory unit '" + unit.key + "': its KV holds " +
+                                    std::to_string(unit.keys.size(2)) + " tokens, expected " +
+                                    std::to_string(span.tokens()));
+      at::Tensor keys = unit.keys.to(opts).contiguous().clone();
+      if (span.begin != unit.first_position) {
+        const at::Tensor deltas =
+            at::full({span.tokens()}, span.begin - unit.first_position, opts.dtype(at::kLong));
+        gpu::rope_rotate_(keys, deltas, inv_freq);
+      }
+      cached_k.narrow(2, span.begin, span.tokens()).copy_(keys);
+      cached_v.narrow(2, span.begin, span.tokens()).copy_(unit.values);
     }
-    cached_k.narrow(2, span.begin, span.tokens()).copy_(keys);
-    cached_v.narrow(2, span.begin, span.tokens()).copy_(unit.values);
   }
 
   std::vector<int64_t> all_positions(static_cast<size_t>(n));
@@ -173,20 +200,33 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
   at::Tensor h = w.embed.index_select(0, ids.index_select(0, idx))
                      .view({1, static_cast<int64_t>(rows.size()), c.hidden_size});
   out.ensure_room(n);
+  const std::vector<bool> every_unit(layout.units.size(), true);
+  // Built once: a host tensor copied inside a layer would make the host wait for the stream.
+  const at::Tensor column_unit = unit_of_column(layout, device);
 
   for (int64_t li = 0; li < layers; ++li) {
     const bool last = li == layers - 1;
     const RecomputeNeeds needs = last ? RecomputeNeeds{} : policy.needs(li);
+    if (loader) {
+      const bool next_deviation =
+          !last && li + 1 < layers - 1 && policy.needs(li + 1).key_deviation;
+      loader->before_layer(li, dropped_units(layout, rows),
+                           needs.key_deviation ? every_unit : std::vector<bool>{},
+                           next_deviation ? every_unit : std::vector<bool>{});
+    }
     LayerEvidence evidence;
     evidence.layer = li;
     evidence.rows = rows;
-    at::Tensor layer_k, layer_v;
+    at::Tensor layer_k = cached_k[li].unsqueeze(0), layer_v = cached_v[li].unsqueeze(0);
+    at::Tensor mass, deviation;  // on the device until the layer is enqueued
     h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
       const at::Tensor row_cos = cos.index_select(2, idx), row_sin = sin.index_select(2, idx);
       const at::Tensor q = Rope::apply(p.q, row_cos, row_sin);
       const at::Tensor k = Rope::apply(p.k, row_cos, row_sin);
-      layer_k = cached_k[li].unsqueeze(0).clone();
-      layer_v = cached_v[li].unsqueeze(0).clone();
+      if (needs.key_deviation) {
+        const at::Tensor before = cached_k[li].index_select(1, idx).to(at::kFloat);  // [H, R, d]
+        deviation = (k[0].to(at::kFloat) - before).pow(2).sum(at::IntArrayRef{0, 2});
+      }
       layer_k.index_copy_(2, idx, k);
       layer_v.index_copy_(2, idx, p.v);
       AttendKv kv{layer_k, layer_v, positions, static_cast<int64_t>(rows.size()) == n};
@@ -194,31 +234,28 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       at::Tensor attn = attention(q, kv, row_positions, c.sliding_window);
       if (needs.unit_attention) {
         const at::Tensor probs = attention_probabilities(q, kv, row_positions, c.sliding_window);
-        evidence.unit_attention = unit_attention_of(probs[0].mean(0), rows, layout);
-      }
-      if (needs.key_deviation) {
-        const at::Tensor before = cached_k[li].index_select(1, idx).to(at::kFloat);  // [H, R, d]
-        const at::Tensor deviation = (k[0].to(at::kFloat) - before)
-                                         .pow(2)
-                                         .sum(at::IntArrayRef{0, 2})
-                                         .to(at::kDouble)
-                                         .cpu()
-                                         .contiguous();
-        const auto* d = deviation.data_ptr<double>();
-        evidence.key_deviation.assign(d, d + rows.size());
-        for (size_t i = 0; i < rows.size(); ++i)
-          if (rows[i] >= layout.query_begin) evidence.key_deviation[i] = 0;  // nothing cached
+        mass =
+            unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size()));
       }
       return attn;
     });
     out.write(li, layer_k, layer_v, positions);
     result.plan.rows.push_back(rows);
     if (last) break;
+    if (loader) loader->while_computing(li, pooled->timeline->mark(gpu::Lane::kCompute));
+    if (mass.defined()) evidence.unit_attention = unit_attention_from_mass(mass, rows, layout);
+    if (deviation.defined()) {
+      const at::Tensor d = deviation.to(at::kDouble).cpu().contiguous();
+      evidence.key_deviation.assign(d.data_ptr<double>(), d.data_ptr<double>() + rows.size());
+      for (size_t i = 0; i < rows.size(); ++i)
+        if (rows[i] >= layout.query_begin) evidence.key_deviation[i] = 0;  // nothing cached
+    }
 
     std::vector<ImportanceHop> hops;
     std::vector<int64_t> next = checked_rows(
         policy, policy.next_rows(layout, layers, evidence, &hops), &rows, layout, li + 1);
     result.plan.hops.push_back(std::move(hops));
+    result.plan.attention.push_back(std::move(evidence.unit_attention));
     if (next != rows) {
       std::vector<int64_t> keep;  // positions of next's rows in rows
       for (size_t i = 0, j = 0; i < rows.size() && j < next.size(); ++i)
@@ -233,6 +270,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
   }
   out.commit(n, {all_positions});
   result.logits = decoder_logits(c, w, h.narrow(1, h.size(1) - 1, 1)).reshape({-1});
+  if (loader) result.loads = loader->stats();
   return result;
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/engine/memory_unit_kv.h"
+#include "core/engine/unit_layer_loader.h"
 #include "core/kv/kv_cache.h"
 #include "core/policies/assembled_layout.h"
 #include "core/policies/recompute_policy.h"
@@ -37,19 +38,34 @@ struct SelectivePrefill {
   at::Tensor logits;  // f32 [vocab], of the last query row
   RecomputePlan plan;
   AssembledLayout layout;
+  UnitLoadStats loads;  // with pooled units
 };
 
 // `out` (one row, empty) receives the assembled KV of every layer; it grows as needed. Throws
 // std::invalid_argument for a prompt that does not fit the model or a prefix not at 0, and
 // std::logic_error naming the policy when it breaks its contract (a row added, a query row left
 // out, a row outside the prompt).
+//
+// Without `pooled` the units' KV tensors (prompt.units[i]->keys/values, any device) are put in
+// place before the first layer. With it, the units' KV comes from their pages in the pool
+// (pooled->ids[i] for prompt unit i; prompt.units[i] then gives only the tokens), layer by layer
+// on the copy stream as pooled->loading schedules it, and the result carries the copy counts.
 SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt& prompt,
-                                   RecomputePolicy& policy, KvCache& out);
+                                   RecomputePolicy& policy, KvCache& out,
+                                   const PooledUnits* pooled = nullptr);
 
 // Unit-level attention from head-averaged probabilities `probs` [R, T] (f32, CPU or device) of
 // the rows `rows` over the prompt's T tokens: the mass given to each unit recomputed at this
 // layer, averaged over the query rows and over each unit's rows (recompute_policy.h).
 UnitAttention unit_attention_of(const at::Tensor& probs, const std::vector<int64_t>& rows,
                                 const AssembledLayout& layout);
+// Its two halves: the mass of each row per unit, [R, units] on the probabilities' device (one
+// kernel over `unit_of_column`: [T] the unit index of each prompt row, `units` for the prefix
+// and the query), and the aggregation of that mass on the host (after the layer: no wait
+// inside it).
+at::Tensor unit_of_column(const AssembledLayout& layout, at::Device device);
+at::Tensor unit_mass_of(const at::Tensor& probs, const at::Tensor& unit_of_column, int64_t units);
+UnitAttention unit_attention_from_mass(const at::Tensor& mass, const std::vector<int64_t>& rows,
+                                       const AssembledLayout& layout);
 
 }  // namespace engram

@@ -52,6 +52,9 @@ struct ImportanceHop {
 struct RecomputePlan {
   std::vector<std::vector<int64_t>> rows;        // [layer] -> rows, ascending
   std::vector<std::vector<ImportanceHop>> hops;  // [layer] -> hops that chose layer+1 (KEEP)
+  // [layer] -> the unit attention measured there (empty where the policy did not ask): the
+  // edges of the importance-propagation panel.
+  std::vector<UnitAttention> attention;
   // Share of the unit tokens recomputed, averaged over layers 1..L-1: the r̄ of the ratio
   // schedule (layer 0 recomputes every unit in KEEP and CacheBlend alike; the query is always
   // recomputed and the prefix never needs to be, so neither is counted).

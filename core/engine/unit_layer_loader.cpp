@@ -1,0 +1,153 @@
+#include "core/engine/unit_layer_loader.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "gpu/page_gather.h"
+#include "gpu/rope_rotate.h"
+
+namespace engram {
+
+std::vector<bool> dropped_units(const AssembledLayout& layout, const std::vector<int64_t>& rows) {
+  std::vector<int64_t> recomputed(layout.units.size(), 0);
+  for (int64_t r : rows) {
+    const int64_t u = layout.unit_of_row(r);
+    if (u >= 0) ++recomputed[static_cast<size_t>(u)];
+  }
+  std::vector<bool> dropped(layout.units.size());
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    dropped[u] = recomputed[u] < layout.units[u].tokens();
+  return dropped;
+}
+
+UnitLayerLoader::UnitLayerLoader(const PooledUnits& units, const AssembledLayout& layout,
+                                 at::Tensor keys, at::Tensor values, const at::Tensor& inv_freq)
+    : units_(units),
+      layout_(layout),
+      keys_(std::move(keys)),
+      values_(std::move(values)),
+      planner_(units.loading, keys_.size(0), static_cast<int64_t>(layout.units.size())),
+      ready_mark_(static_cast<size_t>(keys_.size(0)), -1) {
+  if (!units_.pool || !units_.timeline)
+    throw std::invalid_argument("unit layer loader: a pool and a timeline are required");
+  if (units_.ids.size() != layout_.units.size())
+    throw std::invalid_argument("unit layer loader: " + std::to_string(units_.ids.size()) +
+                                " pooled units for a prompt of " +
+                                std::to_string(layout_.units.size()));
+  const KvCacheShape& shape = units_.pool->pages().shape();
+  if (shape.layers != keys_.size(0) || shape.kv_heads != keys_.size(1) ||
+      shape.head_dim != keys_.size(3) || units_.pool->pages().dtype() != keys_.scalar_type())
+    throw std::invalid_argument("unit layer loader: the pool's shape or dtype differs");
+  std::vector<int64_t> deltas(static_cast<size_t>(layout_.total), 0);
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const KvUnit& unit = units_.pool->unit(units_.ids[u]);
+    const UnitSpan& span = layout_.units[u];
+    if (unit.tier() == PageTier::kDisk)
+      throw std::invalid_argument("unit layer loader: unit " + std::to_string(unit.id) +
+                                  " is on disk; move it to the pinned pool first");
+    if (unit.tokens != span.tokens())
+      throw std::invalid_argument("unit layer loader: unit " + std::to_string(unit.id) + " holds " +
+                                  std::to_string(unit.tokens) + " tokens, the prompt " +
+                                  std::to_string(span.tokens()));
+    for (int64_t i = 0; i < unit.tokens; ++i)
+      deltas[static_cast<size_t>(span.begin + i)] = span.begin + i - unit.positions[i];
+  }
+  deltas_ = at::tensor(deltas, at::kLong).to(keys_.device());
+  inv_freq_ = inv_freq;
+}
+
+int64_t UnitLayerLoader::issue(const std::vector<LayerLoadJob>& jobs) {
+  if (jobs.empty()) return -1;
+  const KvPagePool& pages = units_.pool->pages();
+  const int64_t page_tokens = pages.page_tokens();
+  const bool cuda = keys_.device().is_cuda();
+  gpu::DeviceTimeline& tl = *units_.timeline;
+  // (layer, tier) -> page table rows: slab page, first slot, tokens.
+  std::map<std::pair<int64_t, PageTier>, std::vector<int64_t>[3]> tables;
+  int64_t tokens = 0;
+  for (const LayerLoadJob& job : jobs) {
+    const KvUnit& unit = units_.pool->unit(units_.ids[static_cast<size_t>(job.unit)]);
+    int64_t slot = layout_.units[static_cast<size_t>(job.unit)].begin;
+    for (size_t i = 0; i < unit.pages.size(); ++i) {
+      const int64_t count =
+          std::min(page_tokens, unit.tokens - static_cast<int64_t>(i) * page_tokens);
+      auto& rows = tables[{job.layer, unit.pages[i].tier}];
+      rows[0].push_back(unit.pages[i].index);
+      rows[1].push_back(slot);
+      rows[2].push_back(count);
+      slot += count;
+    }
+    tokens += unit.tokens;
+  }
+  int64_t start = -1;
+  const int64_t end = tl.on_copy_lane([&] {
+    start = tl.mark(gpu::Lane::kCopy);  // after the lane's wait for compute: the copy itself
+    for (auto& [key, rows] : tables) {
+      const int64_t n = static_cast<int64_t>(rows[0].size());
+      // Pinned, so that the table's copy to the device is asynchronous too.
+      at::Tensor host = cuda ? gpu::empty_pinned({3, n}, at::kLong) : at::empty({3, n}, at::kLong);
+      for (int r = 0; r < 3; ++r)
+        std::copy(rows[r].begin(), rows[r].end(), host[r].data_ptr<int64_t>());
+      at::Tensor table = cuda ? host.to(keys_.device(), /*non_blocking=*/true) : host;
+      at::Tensor k = keys_.select(0, key.first), v = values_.select(0, key.first);
+      gpu::gather_pages(k, v, pages.slab(key.second), key.first, table[0], table[1], table[2]);
+      tables_.push_back(host);
+      tables_.push_back(table);
+      ++stats_.batches;
+    }
+  });
+  for (const LayerLoadJob& job : jobs)
+    ready_mark_[static_cast<size_t>(job.layer)] = end;
+  const int64_t bytes = tokens * pages.layer_block_bytes() / page_tokens;
+  if (units_.trace)
+    units_.trace->add(jobs.front().layer, TraceLane::kCopy, "kv_copy", start, end, tokens, bytes);
+  batch_marks_.emplace_back(start, end);
+  last_copy_mark_ = end;
+  stats_.jobs += static_cast<int64_t>(jobs.size());
+  stats_.bytes += bytes;
+  return end;
+}
+
+void UnitLayerLoader::before_layer(int64_t layer, const std::vector<bool>& dropped,
+                                   const std::vector<bool>& extra,
+                                   const std::vector<bool>& extra_next) {
+  const std::vector<LayerLoadJob> due = planner_.due(layer, dropped, extra);
+  stats_.waited += static_cast<int64_t>(due.size());
+  issue(due);
+  issue(planner_.ahead(layer, extra_next));
+  const int64_t ready = ready_mark_[static_cast<size_t>(layer)];
+  if (ready < 0) return;  // nothing of this layer is read from the pool
+  units_.timeline->compute_wait(ready);
+  at::Tensor k = keys_.select(0, layer);
+  gpu::rope_rotate_(k, deltas_, inv_freq_);
+}
+
+void UnitLayerLoader::while_computing(int64_t layer, int64_t compute_mark) {
+  if (planner_.mode() != LayerLoading::kBalanced) return;
+  gpu::DeviceTimeline& tl = *units_.timeline;
+  const bool settled = planner_.all_dropped();
+  while (settled || !tl.reached(compute_mark)) {
+    if (!settled && last_copy_mark_ >= 0 && !tl.reached(last_copy_mark_)) {
+      std::this_thread::yield();  // the copy engine is busy: look again
+      continue;
+    }
+    const std::vector<LayerLoadJob> jobs = planner_.prefetch(layer);
+    if (jobs.empty()) return;
+    stats_.prefetched += static_cast<int64_t>(jobs.size());
+    issue(jobs);
+  }
+}
+
+UnitLoadStats UnitLayerLoader::stats() {
+  UnitLoadStats s = stats_;
+  if (batch_marks_.empty()) return s;
+  const std::vector<double> us = units_.timeline->resolve_us();
+  for (const auto& [start, end] : batch_marks_)
+    s.copy_busy_ms += (us.at(static_cast<size_t>(end)) - us.at(static_cast<size_t>(start))) / 1e3;
+  return s;
+}
+
+}  // namespace engram
