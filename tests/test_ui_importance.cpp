@@ -276,8 +276,8 @@ class UiImportanceTest : public QObject {
     QCOMPARE(as_set(panel.highlighted_units()), next);
     const QString shot = qEnvironmentVariable("ENGRAM_IMPORTANCE_SCREENSHOT");
     if (!shot.isEmpty()) {
-      panel.set_step(std::min(2, panel.step_count() - 1));
-      panel.set_layer(1);
+      panel.set_step(std::min(3, panel.step_count() - 1));
+      panel.set_layer(0);
       panel.play();
       panel.nextHop();
       panel.pause();

@@ -76,9 +76,23 @@ class UnitStateStrip : public QWidget {
     QFont small = p.font();
     small.setPointSizeF(std::max(6.0, small.pointSizeF() * 0.85));
     p.setFont(small);
-    p.drawText(QRectF(4, 0, width() - 8, kCaption), Qt::AlignLeft | Qt::AlignVCenter,
-               tr("Group of each unit over the steps: static ■ dynamic ■ segment ■ (absent: "
-                  "blank); click a step"));
+    // Caption with the colour key.
+    double x = 4;
+    auto say = [&](const QString& what, const QColor* swatch) {
+      if (swatch) {
+        p.fillRect(QRectF(x, kCaption / 2 - 4, 9, 9), *swatch);
+        x += 12;
+      }
+      const double w = p.fontMetrics().horizontalAdvance(what);
+      p.drawText(QRectF(x, 0, w + 2, kCaption), Qt::AlignLeft | Qt::AlignVCenter, what);
+      x += w + 10;
+    };
+    say(tr("Each unit (row) over the steps (columns):"), nullptr);
+    for (const char* group : {"static", "dynamic", "segment"}) {
+      const QColor c = group_color(group);
+      say(tr(group), &c);
+    }
+    say(tr("blank: not assembled · click: go to the step"), nullptr);
     const QRectF area = cells();
     const auto& keys = panel_->strip_keys();
     const int steps = panel_->step_count();
@@ -235,16 +249,21 @@ void ImportanceGraphView::render_to(QPainter& p, const QSize& size) const {
       p.setPen(on ? QColor(Qt::white) : pal.color(QPalette::PlaceholderText));
       p.drawText(box, Qt::AlignCenter, QString::number(u.index));
     }
-    // The label (and the round's score) outside the ring, on the side the node is.
+    // The label (and the round's score) beside the node, on the outer side: right of the
+    // nodes on the right, left of those on the left, above or below those at the top or bottom.
     const QPointF out = c - mid;
     const double len = std::max(1.0, std::hypot(out.x(), out.y()));
-    const QPointF at = c + out / len * (r + 6);
-    const bool left = out.x()<-len * 0.2, right = out.x()> len * 0.2;
-    const double w = kLabelMargin + 20;
-    const QRectF text(left    ? at.x() - w
-                      : right ? at.x()
-                              : at.x() - w / 2,
-                      out.y() < 0 && !left && !right ? at.y() - 26 : at.y() - 13, w, 26);
+    const bool left = out.x()<-len * 0.3, right = out.x()> len * 0.3;
+    const double w = kLabelMargin + 20, gap = r + 6;
+    QRectF text(0, c.y() - 13, w, 26);
+    if (left) {
+      text.moveRight(c.x() - gap);
+    } else if (right) {
+      text.moveLeft(c.x() + gap);
+    } else {
+      text.moveLeft(c.x() - w / 2);
+      text.moveTop(out.y() < 0 ? c.y() - gap - 26 : c.y() + gap);
+    }
     const Qt::Alignment align = (left    ? Qt::AlignRight
                                  : right ? Qt::AlignLeft
                                          : Qt::AlignHCenter) |

@@ -35,6 +35,7 @@
 #include "ui/conversation_list.h"
 #include "ui/engine_events.h"
 #include "ui/engine_worker.h"
+#include "ui/importance_panel.h"
 #include "ui/memory_inspector.h"
 #include "ui/message_input.h"
 #include "ui/model_bar.h"
@@ -89,9 +90,15 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
 
   timeline_ = new TimelinePanel(this);
   inspector_ = new MemoryInspector(this);
+  importance_ = new ImportancePanel(this);
   build_menus();
   add_panel(QStringLiteral("memory"), tr("Memory inspector"), inspector_, Qt::RightDockWidgetArea);
   add_panel(QStringLiteral("timeline"), tr("Layer timeline"), timeline_, Qt::BottomDockWidgetArea);
+  // KEEP's importance propagation (read from a recompute trace): a tab behind the inspector.
+  tabifyDockWidget(panel(QStringLiteral("memory")),
+                   add_panel(QStringLiteral("importance"), tr("Importance propagation"),
+                             importance_, Qt::RightDockWidgetArea));
+  panel(QStringLiteral("memory"))->raise();
   setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowTabbedDocks |
                  QMainWindow::AllowNestedDocks);
   statusBar()->showMessage(tr("Opening profile…"));
@@ -149,6 +156,7 @@ void MainWindow::build_menus() {
   auto* new_action = file->addAction(tr("&New conversation"), this, &MainWindow::newConversation);
   new_action->setShortcut(QKeySequence::New);
   file->addAction(tr("Open &trace file…"), timeline_, &TimelinePanel::loadTraceFile);
+  file->addAction(tr("Open &recompute trace…"), importance_, &ImportancePanel::loadTraceFile);
   file->addSeparator();
   export_action_ =
       file->addAction(tr("&Export conversation…"), this, &MainWindow::exportConversation);

@@ -1,6 +1,6 @@
 // The Engram main window: the conversation list, the chat with its input, the model bar, and a
-// dock area for research panels (layer timeline and memory inspector now; episodes and
-// importance propagation register themselves through add_panel() when their policies land).
+// dock area for research panels (layer timeline, memory inspector and KEEP's importance
+// propagation now; episodes register themselves through add_panel() when their policy lands).
 // The engine lives on a worker thread (engine_worker.h); this window never waits on it.
 #pragma once
 
@@ -25,6 +25,7 @@ class ChatView;
 class ConversationList;
 class EngineEvents;
 class EngineWorker;
+class ImportancePanel;
 class MemoryInspector;
 class MessageInput;
 class ModelBar;
@@ -55,6 +56,7 @@ class MainWindow : public QMainWindow {
   ModelBar* model_bar() const { return model_bar_; }
   TimelinePanel* timeline() const { return timeline_; }
   MemoryInspector* inspector() const { return inspector_; }
+  ImportancePanel* importance() const { return importance_; }
   bool busy() const { return busy_; }
   bool model_loaded() const { return model_loaded_; }
   bool profile_open() const { return profile_open_; }
@@ -132,6 +134,7 @@ class MainWindow : public QMainWindow {
   ModelBar* model_bar_;
   TimelinePanel* timeline_;
   MemoryInspector* inspector_;
+  ImportancePanel* importance_;
   QMenu* panels_menu_ = nullptr;
   QAction* export_action_ = nullptr;
   QAction* export_all_action_ = nullptr;
