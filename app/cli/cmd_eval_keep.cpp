@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -348,6 +349,9 @@ int run_eval_keep(int argc, char** argv) {
     throw UsageError("--trace writes the keep method's plans: add keep to --methods");
   if (!trace_path.empty() && args.has("closed-loop"))
     throw UsageError("--trace is not written with --closed-loop");
+  if (!trace_path.empty() &&
+      !std::filesystem::is_directory(std::filesystem::absolute(trace_path).parent_path()))
+    throw UsageError("--trace: the folder of " + trace_path + " does not exist");
   RecomputeTrace trace;
   const int64_t episodes = args.integer("episodes", 4);
   const int64_t every = std::max<int64_t>(1, args.integer("every", 1));
