@@ -138,8 +138,13 @@ std::vector<HouseholdGrouping> parse_groupings(const Args& args) {
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--grouping: ") + e.what());
     }
-    out.back().options.static_after = args.integer("static-after", 10);
-    if (out.back().options.static_after < 0) throw UsageError("--static-after must be >= 0");
+    GroupingOptions& o = out.back().options;
+    o.static_after = args.integer("static-after", o.static_after);
+    o.max_group_segments = args.integer("group-max", o.max_group_segments);
+    if (args.has("group-threshold")) o.join_threshold = std::stod(args.str("group-threshold", ""));
+    if (args.has("group-no-join")) o.join_existing = false;
+    if (o.static_after < 0) throw UsageError("--static-after must be >= 0");
+    if (o.max_group_segments < 1) throw UsageError("--group-max must be >= 1");
   }
   if (out.empty()) throw UsageError("--grouping: none given");
   return out;
@@ -332,8 +337,8 @@ std::vector<TraceUnitInfo> trace_units(const Tokenizer& tokenizer, const KeepHou
 int run_eval_keep(int argc, char** argv) {
   auto with_value = model_flags_with_value();
   with_value.insert({"episodes", "tasks", "max-steps", "segments", "methods", "every", "json",
-                     "grouping", "static-after", "trace"});
-  const Args args(argc, argv, 3, with_value, {"closed-loop"});
+                     "grouping", "static-after", "group-max", "group-threshold", "trace"});
+  const Args args(argc, argv, 3, with_value, {"closed-loop", "group-no-join"});
   const std::vector<int64_t> counts = split_counts(args.str("segments", "10,20,30,40"));
   const std::vector<HouseholdGrouping> groupings = parse_groupings(args);
   std::vector<std::unique_ptr<RecomputePolicy>> methods;

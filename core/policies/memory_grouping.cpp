@@ -139,7 +139,8 @@ void MemoryGrouping::cluster_new_static(const std::vector<GroupingSegment>& segm
 
   std::vector<Cluster> clusters;
   for (const auto& [id, group] : groups_)
-    if (static_cast<int64_t>(group.members.size()) < options_.max_group_segments &&
+    if (options_.join_existing &&
+        static_cast<int64_t>(group.members.size()) < options_.max_group_segments &&
         !group.members.empty())
       clusters.push_back({id, group.members, 0, true});
   for (const std::string& key : candidates)

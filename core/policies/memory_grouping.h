@@ -36,6 +36,9 @@ struct GroupingOptions {
   int64_t static_after = 10;       // t: unchanged steps before a segment is static (paper: 10)
   double join_threshold = 0.3;     // centred cosine (average linkage) two clusters need to merge
   int64_t max_group_segments = 8;  // a larger group invalidates more tokens per change
+  // Whether a segment turning static may join an existing group (rebuilding it) or only form new
+  // groups with the segments turning static in the same step.
+  bool join_existing = true;
 };
 
 // A unit of the step: a static group (key "group:<id>") or a dynamic segment (its own key). A
