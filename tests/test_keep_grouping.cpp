@@ -150,7 +150,7 @@ class TestKeepGrouping : public QObject {
     QVERIFY(!unit_with(st, "a2")->is_static);
     QCOMPARE(unit_with(st, "a2")->members, (std::vector<std::string>{"a2"}));
     QCOMPARE(unit_with(st, "b1")->version, b.version);
-    QCOMPARE(st.units_rebuilt, int64_t{2});               // group a and the dynamic a2
+    QCOMPARE(st.units_rebuilt, int64_t{2});              // group a and the dynamic a2
     QCOMPARE(st.tokens_rebuilt, int64_t{11 + 13 + 12});  // a1 + a3, then a2 alone
     // t steps later a2 is static again and rejoins its family: that group alone is rebuilt.
     g.step(w.segments());
@@ -218,26 +218,34 @@ class TestKeepGrouping : public QObject {
     env::HouseholdSession session(so);
     const env::EmbodiedPrompt prompt = env::build_embodied_prompt(
         session.memory(), *session.current_task(), session.task_actions());
-    memory.observe(tok, prompt);
+    const GroupingStep step = memory.observe(tok, prompt);
     const cli::KeepHouseholdPrompt hp = memory.assemble(tok, prompt, 40);
     QVERIFY(hp.tokens_match_text);
     QCOMPARE(hp.retrieved_segments, hp.available_segments);
+    // At 10 segments retrieval takes units whole: every unit assembled is a unit of the step.
+    const cli::KeepHouseholdPrompt few = memory.assemble(tok, prompt, 10);
+    QVERIFY(few.retrieved_segments <= 10 && few.retrieved_segments > 0);
+    for (size_t i = 0; i < few.units.size(); ++i) {
+      const auto it = std::find_if(step.units.begin(), step.units.end(),
+                                   [&](const GroupedUnit& u) { return u.key == few.units[i].key; });
+      QVERIFY(it != step.units.end());
+      QCOMPARE(few.members[i], it->members);
+    }
     const MemoryUnit* group = nullptr;
     for (size_t i = 0; i < hp.units.size(); ++i)
       if (hp.members[i].size() > 1 && (!group || hp.units[i].tokens.size() < group->tokens.size()))
         group = &hp.units[i];
     QVERIFY2(group, "no group of two or more segments formed");
     qInfo("%zu units for %lld segments; checked group %s of %zu tokens", hp.units.size(),
-          static_cast<long long>(hp.retrieved_segments), group->key.c_str(),
-          group->tokens.size());
+          static_cast<long long>(hp.retrieved_segments), group->key.c_str(), group->tokens.size());
 
     const PrefixKv prefix = compute_prefix_kv(d, hp.prefix);
     const UnitKv kv = compute_unit_kv(d, prefix, *group);
     std::vector<int64_t> ids = hp.prefix;
     ids.insert(ids.end(), group->tokens.begin(), group->tokens.end());
     const ModelConfig& c = d.config();
-    KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1,
-                  static_cast<int64_t>(ids.size()), d.dtype(), d.device());
+    KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1, static_cast<int64_t>(ids.size()),
+                  d.dtype(), d.device());
     CacheKvSource source(cache);
     gpu::DeviceTimeline timeline(d.device());
     ForwardRequest req;
@@ -250,14 +258,10 @@ class TestKeepGrouping : public QObject {
     const auto n = static_cast<int64_t>(group->tokens.size());
     double worst = 0;
     for (int64_t l = 0; l < c.num_layers; ++l) {
-      worst = std::max(worst, (kv.keys[l] - cache.keys(l)[0].narrow(1, p, n))
-                                  .abs()
-                                  .max()
-                                  .item<double>());
-      worst = std::max(worst, (kv.values[l] - cache.values(l)[0].narrow(1, p, n))
-                                  .abs()
-                                  .max()
-                                  .item<double>());
+      worst = std::max(worst,
+                       (kv.keys[l] - cache.keys(l)[0].narrow(1, p, n)).abs().max().item<double>());
+      worst = std::max(
+          worst, (kv.values[l] - cache.values(l)[0].narrow(1, p, n)).abs().max().item<double>());
     }
     qInfo("group KV vs plain prefill of prefix + members: max |diff| %.2e", worst);
     QVERIFY2(worst < 1e-4, qPrintable(QString::number(worst)));
