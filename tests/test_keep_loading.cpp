@@ -181,6 +181,24 @@ class KeepLoadingTest : public QObject {
     QVERIFY(balanced >= std::max(copies, work) - 1e-9);
   }
 
+  // A step's changed units in one padded forward equal each computed alone.
+  void unitsComputedTogetherEqualUnitsComputedAlone() {
+    const Decoder& d = *tiny_->decoder;
+    const PrefixKv prefix = compute_prefix_kv(d, {1, 5, 9});
+    const std::vector<MemoryUnit> units = {{"a", "object", 1, {11, 12, 13, 14, 15, 16, 17}},
+                                           {"b", "object", 1, {21, 22}},
+                                           {"c", "agent", 3, {31, 32, 33, 34}}};
+    const std::vector<UnitKv> together = compute_unit_kvs(d, prefix, units);
+    QCOMPARE(together.size(), units.size());
+    for (size_t i = 0; i < units.size(); ++i) {
+      const UnitKv alone = compute_unit_kv(d, prefix, units[i]);
+      QCOMPARE(together[i].tokens, units[i].tokens);
+      QCOMPARE(together[i].keys.sizes(), alone.keys.sizes());
+      QVERIFY(max_diff(together[i].keys, alone.keys) < 1e-5);
+      QVERIFY(max_diff(together[i].values, alone.values) < 1e-5);
+    }
+  }
+
   // Units stored in the paged pool at positions other than where they land; every policy and
   // schedule through the pool equals the units' KV put in place.
   void pooledUnitsEqualUnitsInPlace() {

@@ -1,5 +1,6 @@
 #include "core/engine/memory_unit_kv.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "core/kv/cache_kv_source.h"
@@ -57,35 +58,64 @@ PrefixKv compute_prefix_kv(const Decoder& decoder, std::vector<int64_t> tokens,
 }
 
 UnitKv compute_unit_kv(const Decoder& decoder, const PrefixKv& prefix, const MemoryUnit& unit) {
-  if (unit.tokens.empty())
-    throw std::invalid_argument("memory unit '" + unit.key + "' has no tokens");
+  return std::move(compute_unit_kvs(decoder, prefix, {unit}).front());
+}
+
+std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& prefix,
+                                     const std::vector<MemoryUnit>& units) {
+  std::vector<UnitKv> out;
+  if (units.empty()) return out;
+  int64_t s = 0;
+  for (const MemoryUnit& unit : units) {
+    if (unit.tokens.empty())
+      throw std::invalid_argument("memory unit '" + unit.key + "' has no tokens");
+    s = std::max(s, static_cast<int64_t>(unit.tokens.size()));
+  }
   const ModelConfig& c = decoder.config();
   const auto p = static_cast<int64_t>(prefix.tokens.size());
-  const auto n = static_cast<int64_t>(unit.tokens.size());
-  KvCache cache(shape_of(c), 1, p + n, decoder.dtype(), decoder.device());
+  const auto b = static_cast<int64_t>(units.size());
+  KvCache cache(shape_of(c), b, p + s, decoder.dtype(), decoder.device());
   if (p > 0) {
     const at::Tensor pos = at::tensor(positions_from(prefix.first_position, p), at::kLong)
                                .view({1, p})
+                               .expand({b, p})
                                .to(decoder.device());
     for (int64_t l = 0; l < c.num_layers; ++l)
-      cache.write(l, prefix.keys[l].unsqueeze(0), prefix.values[l].unsqueeze(0), pos);
-    cache.commit(p, {positions_from(prefix.first_position, p)});
+      cache.write(l, prefix.keys[l].unsqueeze(0).expand({b, -1, -1, -1}),
+                  prefix.values[l].unsqueeze(0).expand({b, -1, -1, -1}), pos);
+    cache.commit(p, std::vector<std::vector<int64_t>>(static_cast<size_t>(b),
+                                                      positions_from(prefix.first_position, p)));
   }
   CacheKvSource source(cache);
   gpu::DeviceTimeline timeline(decoder.device());
   ForwardRequest request;
-  request.tokens = {unit.tokens};
-  request.positions = {positions_from(prefix.end_position(), n)};
+  for (const MemoryUnit& unit : units) {
+    // Shorter units are padded after their last token: causal attention keeps the padding out
+    // of every real token's KV, and its slots are never read.
+    std::vector<int64_t> tokens = unit.tokens;
+    tokens.resize(static_cast<size_t>(s), unit.tokens.back());
+    request.tokens.push_back(std::move(tokens));
+    request.positions.push_back(positions_from(prefix.end_position(), s));
+  }
   decoder.forward(request, source, timeline, nullptr);
-  UnitKv kv;
-  kv.key = unit.key;
-  kv.version = unit.version;
-  kv.tokens = unit.tokens;
-  kv.first_position = prefix.end_position();
-  std::tie(kv.keys, kv.values) = slots_of(cache, p, n);
-  kv.keys = kv.keys.contiguous();
-  kv.values = kv.values.contiguous();
-  return kv;
+  for (int64_t r = 0; r < b; ++r) {
+    const MemoryUnit& unit = units[static_cast<size_t>(r)];
+    const auto n = static_cast<int64_t>(unit.tokens.size());
+    UnitKv kv;
+    kv.key = unit.key;
+    kv.version = unit.version;
+    kv.tokens = unit.tokens;
+    kv.first_position = prefix.end_position();
+    std::vector<at::Tensor> k, v;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      k.push_back(cache.keys(l)[r].narrow(1, p, n));
+      v.push_back(cache.values(l)[r].narrow(1, p, n));
+    }
+    kv.keys = at::stack(k).contiguous();
+    kv.values = at::stack(v).contiguous();
+    out.push_back(std::move(kv));
+  }
+  return out;
 }
 
 UnitKv move_unit_kv(const UnitKv& kv, int64_t first_position, const at::Tensor& inv_freq) {

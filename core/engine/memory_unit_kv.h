@@ -51,6 +51,10 @@ PrefixKv compute_prefix_kv(const Decoder& decoder, std::vector<int64_t> tokens,
 // The unit right after the prefix (positions prefix.end_position()..). Throws
 // std::invalid_argument for a unit without tokens.
 UnitKv compute_unit_kv(const Decoder& decoder, const PrefixKv& prefix, const MemoryUnit& unit);
+// Several units in one forward (one row each, the shorter padded at the end): what a planning
+// step does with the units that changed since the last one.
+std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& prefix,
+                                     const std::vector<MemoryUnit>& units);
 // A copy of `kv` whose keys are re-rotated to start at `first_position`.
 UnitKv move_unit_kv(const UnitKv& kv, int64_t first_position, const at::Tensor& inv_freq);
 

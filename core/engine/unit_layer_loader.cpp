@@ -104,7 +104,7 @@ int64_t UnitLayerLoader::issue(const std::vector<LayerLoadJob>& jobs) {
   const int64_t bytes = tokens * pages.layer_block_bytes() / page_tokens;
   if (units_.trace)
     units_.trace->add(jobs.front().layer, TraceLane::kCopy, "kv_copy", start, end, tokens, bytes);
-  batch_marks_.emplace_back(start, end);
+  stats_.copy_marks.emplace_back(start, end);
   last_copy_mark_ = end;
   stats_.jobs += static_cast<int64_t>(jobs.size());
   stats_.bytes += bytes;
@@ -141,13 +141,13 @@ void UnitLayerLoader::while_computing(int64_t layer, int64_t compute_mark) {
   }
 }
 
-UnitLoadStats UnitLayerLoader::stats() {
-  UnitLoadStats s = stats_;
-  if (batch_marks_.empty()) return s;
-  const std::vector<double> us = units_.timeline->resolve_us();
-  for (const auto& [start, end] : batch_marks_)
-    s.copy_busy_ms += (us.at(static_cast<size_t>(end)) - us.at(static_cast<size_t>(start))) / 1e3;
-  return s;
+double copy_busy_ms(gpu::DeviceTimeline& timeline, const UnitLoadStats& stats) {
+  if (stats.copy_marks.empty()) return 0;
+  const std::vector<double> us = timeline.resolve_us();
+  double ms = 0;
+  for (const auto& [start, end] : stats.copy_marks)
+    ms += (us.at(static_cast<size_t>(end)) - us.at(static_cast<size_t>(start))) / 1e3;
+  return ms;
 }
 
 }  // namespace engram

@@ -30,13 +30,18 @@ struct PooledUnits {
 };
 
 struct UnitLoadStats {
-  int64_t jobs = 0;         // (unit, layer) copies
-  int64_t bytes = 0;        // K and V
-  int64_t batches = 0;      // gather launches (per tier and layer)
-  int64_t prefetched = 0;   // jobs issued by balanced prefetch
-  int64_t waited = 0;       // jobs issued when their layer was about to run (compute waited)
-  double copy_busy_ms = 0;  // sum of the copy batches' durations on the copy stream
+  int64_t jobs = 0;        // (unit, layer) copies
+  int64_t bytes = 0;       // K and V
+  int64_t batches = 0;     // gather launches (per tier and layer)
+  int64_t prefetched = 0;  // jobs issued by balanced prefetch
+  int64_t waited = 0;      // jobs issued when their layer was about to run (compute waited)
+  // (start, end) marks of each copy batch on the copy stream: resolve them with
+  // copy_busy_ms() when wanted (resolving waits for the device and reads every mark).
+  std::vector<std::pair<int64_t, int64_t>> copy_marks;
 };
+
+// Sum of the copy batches' durations, ms (waits for the device).
+double copy_busy_ms(gpu::DeviceTimeline& timeline, const UnitLoadStats& stats);
 
 class UnitLayerLoader {
  public:
@@ -57,8 +62,8 @@ class UnitLayerLoader {
   // `compute_mark` (or issues them all when every unit is dropped). No-op otherwise.
   void while_computing(int64_t layer, int64_t compute_mark);
 
-  // Resolves the copy marks (waits for the device) and returns the totals.
-  UnitLoadStats stats();
+  // The totals so far (no wait).
+  UnitLoadStats stats() const { return stats_; }
 
  private:
   int64_t issue(const std::vector<LayerLoadJob>& jobs);
@@ -71,7 +76,6 @@ class UnitLayerLoader {
   LayerLoadPlanner planner_;
   std::vector<int64_t> ready_mark_;  // [layer] last copy mark of a batch holding that layer
   std::vector<at::Tensor> tables_;   // page tables in flight, kept alive until the end
-  std::vector<std::pair<int64_t, int64_t>> batch_marks_;  // (start, end) per batch
   int64_t last_copy_mark_ = -1;
   UnitLoadStats stats_;
 };
