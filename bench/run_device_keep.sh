@@ -8,7 +8,7 @@
 #     10/20/30/40 segments (bench keep; methods and ablations in app/cli/cmd_bench_keep.cpp),
 #     with the loader's copy throughput beside one contiguous pinned->device copy;
 #  3. the Hugging Face transformers peer: full prefill of the same prompt lengths (bf16, SDPA).
-#   ENGRAM_COMMIT=<sha> OUT=<dir> [SEGMENTS=10,20,30,40] [REPEAT=5] bash bench/run_device_keep.sh
+#   ENGRAM_COMMIT=<sha> OUT=<dir> [SEGMENTS=10,20,30,40] [REPEAT=5] [SKIP_HF=1] bash bench/run_device_keep.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
 R=$OUT/keep
@@ -44,6 +44,7 @@ python3 - "$R/ttft-qwen2.5-14b.json" > "$R/prompt_tokens.txt" <<'PY'
 import json, sys
 print(" ".join(str(r["prompt_tokens"]) for r in json.load(open(sys.argv[1]))["rows"]))
 PY
+[ -n "${SKIP_HF:-}" ] && exit 0
 for t in $(cat "$R/prompt_tokens.txt"); do
   timeout 120 python3 bench/peers/hf_bench.py --shape qwen2.5-14b --tokens $t --decode-tokens 1 \
     --repeat $REPEAT --json "$R/hf-qwen2.5-14b-$t.json" 2>&1 | grep -v Warning | tail -1
