@@ -82,14 +82,16 @@ int64_t DeviceTimeline::copy_async(at::Tensor& dst, const at::Tensor& src) {
   });
 }
 
-int64_t DeviceTimeline::on_copy_lane(const std::function<void()>& enqueue) {
+int64_t DeviceTimeline::on_copy_lane(const std::function<void()>& enqueue, bool after_compute) {
 #ifdef ENGRAM_WITH_CUDA
   if (device_.is_cuda()) {
     // The work may write memory that compute enqueued so far still reads (the caching allocator
     // hands freed blocks back at once): the copy lane starts after that compute.
-    at::cuda::CUDAEvent compute_point;
-    compute_point.record(c10::cuda::getCurrentCUDAStream(device_.index()));
-    compute_point.block(*impl_->copy_stream);
+    if (after_compute) {
+      at::cuda::CUDAEvent compute_point;
+      compute_point.record(c10::cuda::getCurrentCUDAStream(device_.index()));
+      compute_point.block(*impl_->copy_stream);
+    }
     {
       c10::cuda::CUDAStreamGuard guard(*impl_->copy_stream);
       enqueue();
@@ -97,6 +99,7 @@ int64_t DeviceTimeline::on_copy_lane(const std::function<void()>& enqueue) {
     return mark(Lane::kCopy);
   }
 #endif
+  (void)after_compute;
   enqueue();
   return mark(Lane::kCopy);
 }

@@ -38,7 +38,9 @@ class DeviceTimeline {
   // Runs `enqueue` with the copy stream current (after the compute enqueued so far, as
   // copy_async): the work it launches (a gather kernel, several copies) goes on the copy lane.
   // Tensors it writes must outlive that work (the caller keeps them). Returns the mark after it.
-  int64_t on_copy_lane(const std::function<void()>& enqueue);
+  // `after_compute` false: the work may start at once, for destinations no compute touches
+  // until it has waited for this work's mark (a loader's per-layer buffers).
+  int64_t on_copy_lane(const std::function<void()>& enqueue, bool after_compute = true);
   // Makes the compute stream wait until the copy-lane mark `copy_mark` has been reached.
   void compute_wait(int64_t copy_mark);
   // Whether the device has passed the mark, without waiting (cudaEventQuery); always true on

@@ -480,6 +480,7 @@ int run_bench_keep(int argc, char** argv) {
           loader.before_layer(0, std::vector<bool>(ids.size(), true), {}, {});
           loader.while_computing(0, tl.mark(gpu::Lane::kCompute));
           bytes = loader.stats().bytes;
+          (void)copy_busy_ms(tl, loader.stats());  // waits for the copy lane
         });
         if (r >= 0) span_ms.push_back(t);
       }

@@ -231,13 +231,11 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       layer_v.index_copy_(2, idx, p.v);
       AttendKv kv{layer_k, layer_v, positions, static_cast<int64_t>(rows.size()) == n};
       const at::Tensor row_positions = positions.index_select(1, idx);
-      at::Tensor attn = attention(q, kv, row_positions, c.sliding_window);
-      if (needs.unit_attention) {
-        const at::Tensor probs = attention_probabilities(q, kv, row_positions, c.sliding_window);
-        mass =
-            unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size()));
-      }
-      return attn;
+      if (!needs.unit_attention) return attention(q, kv, row_positions, c.sliding_window);
+      AttentionWithProbabilities a =
+          attention_with_probabilities(q, kv, row_positions, c.sliding_window);
+      mass = unit_mass_of(a.mean_probs[0], column_unit, static_cast<int64_t>(layout.units.size()));
+      return a.out;
     });
     out.write(li, layer_k, layer_v, positions);
     result.plan.rows.push_back(rows);

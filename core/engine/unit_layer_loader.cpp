@@ -57,6 +57,9 @@ UnitLayerLoader::UnitLayerLoader(const PooledUnits& units, const AssembledLayout
   }
   deltas_ = at::tensor(deltas, at::kLong).to(keys_.device());
   inv_freq_ = inv_freq;
+  // The copy lane starts after the buffers' zero fill (enqueued on compute); its later copies,
+  // in order behind this point, then need no wait for compute (issue()).
+  units_.timeline->on_copy_lane([] {});
 }
 
 int64_t UnitLayerLoader::issue(const std::vector<LayerLoadJob>& jobs) {
@@ -83,22 +86,27 @@ int64_t UnitLayerLoader::issue(const std::vector<LayerLoadJob>& jobs) {
     tokens += unit.tokens;
   }
   int64_t start = -1;
-  const int64_t end = tl.on_copy_lane([&] {
-    start = tl.mark(gpu::Lane::kCopy);  // after the lane's wait for compute: the copy itself
-    for (auto& [key, rows] : tables) {
-      const int64_t n = static_cast<int64_t>(rows[0].size());
-      // Pinned, so that the table's copy to the device is asynchronous too.
-      at::Tensor host = cuda ? gpu::empty_pinned({3, n}, at::kLong) : at::empty({3, n}, at::kLong);
-      for (int r = 0; r < 3; ++r)
-        std::copy(rows[r].begin(), rows[r].end(), host[r].data_ptr<int64_t>());
-      at::Tensor table = cuda ? host.to(keys_.device(), /*non_blocking=*/true) : host;
-      at::Tensor k = keys_.select(0, key.first), v = values_.select(0, key.first);
-      gpu::gather_pages(k, v, pages.slab(key.second), key.first, table[0], table[1], table[2]);
-      tables_.push_back(host);
-      tables_.push_back(table);
-      ++stats_.batches;
-    }
-  });
+  const int64_t end = tl.on_copy_lane(
+      [&] {
+        start = tl.mark(gpu::Lane::kCopy);  // after the lane's wait for compute: the copy itself
+        for (auto& [key, rows] : tables) {
+          const int64_t n = static_cast<int64_t>(rows[0].size());
+          // Pinned, so that the table's copy to the device is asynchronous too.
+          at::Tensor host =
+              cuda ? gpu::empty_pinned({3, n}, at::kLong) : at::empty({3, n}, at::kLong);
+          for (int r = 0; r < 3; ++r)
+            std::copy(rows[r].begin(), rows[r].end(), host[r].data_ptr<int64_t>());
+          at::Tensor table = cuda ? host.to(keys_.device(), /*non_blocking=*/true) : host;
+          at::Tensor k = keys_.select(0, key.first), v = values_.select(0, key.first);
+          gpu::gather_pages(k, v, pages.slab(key.second), key.first, table[0], table[1], table[2]);
+          tables_.push_back(host);
+          tables_.push_back(table);
+          ++stats_.batches;
+        }
+      },
+      /*after_compute=*/false);
+  // Not after compute: the buffers were allocated before any compute, each (unit, layer) slot
+  // is written once, and compute reads it only after waiting for this mark.
   for (const LayerLoadJob& job : jobs)
     ready_mark_[static_cast<size_t>(job.layer)] = end;
   const int64_t bytes = tokens * pages.layer_block_bytes() / page_tokens;

@@ -108,4 +108,21 @@ at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
   return probs.reshape({b, hq, r, kv.keys.size(2)});
 }
 
+AttentionWithProbabilities attention_with_probabilities(const at::Tensor& q, const AttendKv& kv,
+                                                        const at::Tensor& q_positions,
+                                                        std::optional<int64_t> window) {
+  const int64_t b = q.size(0), hq = q.size(1), s = q.size(2), d = q.size(3);
+  const int64_t hkv = kv.keys.size(1), g = hq / hkv, t = kv.keys.size(2);
+  at::Tensor scores = grouped_scores(q, kv.keys, q.scalar_type() == at::kFloat) *
+                      (1.0 / std::sqrt(static_cast<double>(d)));
+  scores.masked_fill_(
+      grouped_mask(position_mask(q_positions, kv.key_positions, window), g).logical_not(),
+      -std::numeric_limits<float>::infinity());
+  const at::Tensor probs = at::softmax(scores, -1, at::kFloat);  // [B, Hkv, g·S, T]
+  AttentionWithProbabilities r;
+  r.out = at::matmul(probs.to(kv.values.scalar_type()), kv.values).reshape({b, hq, s, d});
+  r.mean_probs = probs.view({b, hq, s, t}).mean(1);
+  return r;
+}
+
 }  // namespace engram

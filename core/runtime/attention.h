@@ -27,4 +27,16 @@ at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
                                    const at::Tensor& q_row_positions,
                                    std::optional<int64_t> window);
 
+// Attention of every row of q together with its head-averaged probabilities, f32 [B, S, T], in
+// one pass: scores in the compute dtype, softmax in f32, the output from those probabilities
+// (the grouped path's arithmetic). For a policy that measures every recomputed row's attention
+// (KEEP's unit attention) this replaces SDPA plus a second, f32 pass over the same scores.
+struct AttentionWithProbabilities {
+  at::Tensor out;         // [B, Hq, S, d] in q's dtype
+  at::Tensor mean_probs;  // [B, S, T] f32, the mean over query heads
+};
+AttentionWithProbabilities attention_with_probabilities(const at::Tensor& q, const AttendKv& kv,
+                                                        const at::Tensor& q_positions,
+                                                        std::optional<int64_t> window);
+
 }  // namespace engram
