@@ -8,13 +8,14 @@
 #     10/20/30/40 segments (bench keep; methods and ablations in app/cli/cmd_bench_keep.cpp),
 #     with the loader's copy throughput beside one contiguous pinned->device copy;
 #  3. the Hugging Face transformers peer: full prefill of the same prompt lengths (bf16, SDPA).
-#   ENGRAM_COMMIT=<sha> OUT=<dir> [SEGMENTS=10,20,30,40] [REPEAT=5] [SKIP_HF=1] bash bench/run_device_keep.sh
+#   ENGRAM_COMMIT=<sha> OUT=<dir> [SEGMENTS=10,20,30,40] [REPEAT=5] [KEEP_OPTIONS=probe=8] [SKIP_HF=1] bash bench/run_device_keep.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
 R=$OUT/keep
 mkdir -p "$R"
 SEGMENTS=${SEGMENTS:-10,20,30,40}
 REPEAT=${REPEAT:-5}
+KEEP_OPTIONS=${KEEP_OPTIONS-probe=8}  # every keep method's options (the authors' code probes 3 rows)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$R/device.txt"
 echo "commit ${ENGRAM_COMMIT:-unknown} date $(date -u +%F)" >> "$R/device.txt"
 TOP=$OUT
@@ -38,7 +39,9 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "check-*.json"))):
             if c: print(os.path.basename(f), row["segments"], name, c)
 PY
 timeout 420 $CLI bench keep --shape qwen2.5-14b --device cuda --dtype bf16 --segments $SEGMENTS \
-  --repeat $REPEAT --check --json "$R/ttft-qwen2.5-14b.json" 2>&1 | tee "$R/ttft.log" | grep -v "^{"
+  --repeat $REPEAT --check --keep-options "$KEEP_OPTIONS" \
+  --methods full-recompute,prefix-cache,full-reuse,cacheblend,keep,keep-all-rows,keep-naive,keep-serial,keep-one-hop,keep-blocks \
+  --json "$R/ttft-qwen2.5-14b.json" 2>&1 | tee "$R/ttft.log" | grep -v "^{"
 echo "bench keep rc=${PIPESTATUS[0]}"
 python3 - "$R/ttft-qwen2.5-14b.json" > "$R/prompt_tokens.txt" <<'PY'
 import json, sys

@@ -181,6 +181,37 @@ class KeepLoadingTest : public QObject {
     QVERIFY(balanced >= std::max(copies, work) - 1e-9);
   }
 
+  // Unit attention measured from a unit's last N rows: with N past the longest unit it is every
+  // row, and KEEP chooses exactly as when it measures every row.
+  void probeRowsCoveringEveryRowChooseAsEveryRow() {
+    const Decoder& d = *tiny_->decoder;
+    const PrefixKv prefix = compute_prefix_kv(d, {1, 5, 9});
+    std::vector<UnitKv> units;
+    for (int64_t i = 0; i < 8; ++i) {
+      std::vector<int64_t> tokens;
+      for (int64_t t = 0; t < 4 + 2 * i; ++t)
+        tokens.push_back(3 + (i * 71 + t * 13) % (d.config().vocab_size - 3));
+      units.push_back(compute_unit_kv(d, prefix, {"u" + std::to_string(i), "object", 1, tokens}));
+    }
+    AssembledPrompt prompt;
+    prompt.prefix = &prefix;
+    for (const UnitKv& u : units)
+      prompt.units.push_back(&u);
+    prompt.query = {7, 21, 33};
+    auto run = [&](const std::string& spec) {
+      auto policy = make_recompute_policy(spec);
+      KvCache out(shape_of(d.config()), 1, 1, d.dtype(), d.device());
+      return selective_prefill(d, prompt, *policy, out);
+    };
+    const SelectivePrefill all = run("keep:mean=0.3"), covering = run("keep:mean=0.3,probe=100"),
+                           few = run("keep:mean=0.3,probe=1");
+    QVERIFY(all.plan.rows == covering.plan.rows);
+    QVERIFY(max_diff(all.logits, covering.logits) < 1e-5);
+    // One row per unit measures something else: the hops' scores differ.
+    QVERIFY(few.plan.hops[0][0].scores != all.plan.hops[0][0].scores);
+    QVERIFY_EXCEPTION_THROWN(make_recompute_policy("keep:probe=-1"), std::invalid_argument);
+  }
+
   // A step's changed units in one padded forward equal each computed alone.
   void unitsComputedTogetherEqualUnitsComputedAlone() {
     const Decoder& d = *tiny_->decoder;
@@ -238,7 +269,7 @@ class KeepLoadingTest : public QObject {
                                     i % 2 ? PageTier::kDevice : PageTier::kPinned));
     }
     for (const std::string spec :
-         {"full-reuse", "keep", "keep:mean=0.3", "cacheblend", "full-recompute"}) {
+         {"full-reuse", "keep", "keep:mean=0.3", "keep:probe=2", "cacheblend", "full-recompute"}) {
       auto reference_policy = make_recompute_policy(spec);
       KvCache ref_out(shape_of(c), 1, 1, d.dtype(), d.device());
       const SelectivePrefill ref = selective_prefill(d, prompt, *reference_policy, ref_out);

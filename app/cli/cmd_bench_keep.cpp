@@ -13,7 +13,8 @@
 //   keep            static/dynamic units (runs of unchanged segments one group, each changing
 //                   segment alone); multi-hop importance propagation; layer-balanced loading;
 //   keep-naive / keep-serial (w/o layer-balanced loading), keep-one-hop (w/o multi-hop),
-//   keep-blocks (w/o static/dynamic: the fixed chunks as units).
+//   keep-blocks (w/o static/dynamic: the fixed chunks as units); --keep-options (e.g.
+//   probe=8) apply to all of them; keep-all-rows is plain `keep` whatever --keep-options say.
 // TTFT = recomputing the invalid units + the prefill to the first token's logits. Also the copy
 // throughput of the unit loader against one contiguous pinned->device copy of the same bytes.
 // Never asserts a time (style rule 10); prints JSON.
@@ -185,7 +186,7 @@ int run_bench_keep(int argc, char** argv) {
   auto with_value = model_flags_with_value();
   with_value.insert({"segments", "segment-tokens-min", "segment-tokens-max", "prefix-tokens",
                      "query-tokens", "changed", "static-share", "chunk-tokens", "page-tokens",
-                     "methods", "repeat", "seed", "json"});
+                     "methods", "repeat", "seed", "json", "keep-options"});
   const Args args(argc, argv, 2, with_value, {"check"});
   // --check: every runner method's logits against the same prefill with the units' KV put in
   // place (no pool, no copy stream), and the runner's full recompute from the pool against the
@@ -212,6 +213,13 @@ int run_bench_keep(int argc, char** argv) {
     for (std::string m; std::getline(in, m, ',');)
       methods.push_back(m);
   }
+  // Options of every keep method (e.g. probe=8), the ablations included.
+  const std::string keep_options = args.str("keep-options", "");
+  const auto keep_spec = [&](const std::string& more) {
+    std::string o = keep_options;
+    if (!more.empty()) o += (o.empty() ? "" : ",") + more;
+    return o.empty() ? std::string("keep") : "keep:" + o;
+  };
   if (lo <= 0 || hi < lo || prefix_tokens <= 0 || query_tokens <= 0 || chunk <= 0)
     throw UsageError("bench keep: lengths must be positive (min <= max)");
 
@@ -341,7 +349,7 @@ int run_bench_keep(int argc, char** argv) {
               r.logits.argmax().item<int64_t>() == plain.argmax().item<int64_t>();
         }
       } else {
-        std::string spec = "keep";
+        std::string spec = keep_spec("");
         LayerLoading loading = LayerLoading::kBalanced;
         bool use_chunks = false;
         if (method == "full-reuse") {
@@ -355,7 +363,9 @@ int run_bench_keep(int argc, char** argv) {
         } else if (method == "keep-serial") {
           loading = LayerLoading::kSerial;
         } else if (method == "keep-one-hop") {
-          spec = "keep:iterations=1";
+          spec = keep_spec("iterations=1");
+        } else if (method == "keep-all-rows") {
+          spec = "keep";
         } else if (method == "keep-blocks") {
           use_chunks = true;
         } else if (method != "keep") {

@@ -39,6 +39,30 @@ at::Tensor index_tensor(const std::vector<int64_t>& v, at::Device device) {
   return at::tensor(v, at::kLong).to(device);
 }
 
+// The rows whose attention is measured when a policy asks for `last` rows per unit: each unit's
+// last `last` recomputed rows and every query row; with their indices into `rows` (ascending).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> probe_rows_of(
+    const std::vector<int64_t>& rows, const AssembledLayout& layout, int64_t last) {
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> out;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int64_t unit = layout.unit_of_row(rows[i]);
+    if (unit < 0) {
+      if (rows[i] < layout.query_begin) continue;  // a prefix row is not a source
+    } else {
+      // Count this unit's rows after row i: keep row i when fewer than `last` follow.
+      int64_t after = 0;
+      for (size_t j = i + 1; j < rows.size() && after < last; ++j) {
+        if (layout.unit_of_row(rows[j]) != unit) break;  // sorted rows: a unit's are contiguous
+        ++after;
+      }
+      if (after >= last) continue;
+    }
+    out.first.push_back(rows[i]);
+    out.second.push_back(static_cast<int64_t>(i));
+  }
+  return out;
+}
+
 }  // namespace
 
 AssembledLayout AssembledPrompt::layout() const {
@@ -219,6 +243,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     evidence.rows = rows;
     at::Tensor layer_k = cached_k[li].unsqueeze(0), layer_v = cached_v[li].unsqueeze(0);
     at::Tensor mass, deviation;  // on the device until the layer is enqueued
+    std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
     h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
       const at::Tensor row_cos = cos.index_select(2, idx), row_sin = sin.index_select(2, idx);
       const at::Tensor q = Rope::apply(p.q, row_cos, row_sin);
@@ -232,6 +257,17 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       AttendKv kv{layer_k, layer_v, positions, static_cast<int64_t>(rows.size()) == n};
       const at::Tensor row_positions = positions.index_select(1, idx);
       if (!needs.unit_attention) return attention(q, kv, row_positions, c.sliding_window);
+      if (needs.probe_rows > 0) {  // the output for every row, probabilities for a few
+        probes = probe_rows_of(rows, layout, needs.probe_rows);
+        const at::Tensor at_rows = index_tensor(probes.second, device);
+        const at::Tensor probs =
+            attention_probabilities(q.index_select(2, at_rows), kv,
+                                    row_positions.index_select(1, at_rows), c.sliding_window);
+        mass =
+            unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size()));
+        return attention(q, kv, row_positions, c.sliding_window);
+      }
+      probes.first = rows;
       AttentionWithProbabilities a =
           attention_with_probabilities(q, kv, row_positions, c.sliding_window);
       mass = unit_mass_of(a.mean_probs[0], column_unit, static_cast<int64_t>(layout.units.size()));
@@ -241,7 +277,8 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     result.plan.rows.push_back(rows);
     if (last) break;
     if (loader) loader->while_computing(li, pooled->timeline->mark(gpu::Lane::kCompute));
-    if (mass.defined()) evidence.unit_attention = unit_attention_from_mass(mass, rows, layout);
+    if (mass.defined())
+      evidence.unit_attention = unit_attention_from_mass(mass, probes.first, layout);
     if (deviation.defined()) {
       const at::Tensor d = deviation.to(at::kDouble).cpu().contiguous();
       evidence.key_deviation.assign(d.data_ptr<double>(), d.data_ptr<double>() + rows.size());

@@ -15,6 +15,7 @@ std::string KeepRecompute::spec() const {
     << ",mean=" << r.mean << ",decay=" << r.decay
     << ",iterations=" << options_.importance.max_iterations
     << ",score=" << (options_.per_token ? "density" : "mass");
+  if (options_.probe_rows > 0) s << ",probe=" << options_.probe_rows;
   return s.str();
 }
 
@@ -28,6 +29,7 @@ std::vector<int64_t> KeepRecompute::first_rows(const AssembledLayout& layout, in
 RecomputeNeeds KeepRecompute::needs(int64_t) const {
   RecomputeNeeds n;
   n.unit_attention = true;
+  n.probe_rows = options_.probe_rows;
   return n;
 }
 

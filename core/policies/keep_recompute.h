@@ -25,6 +25,9 @@ struct KeepRecomputeOptions {
   // true (`score=density`, an Engram experiment): the mass divided by the unit's tokens, so long
   // units (the few-shot examples) do not win by length alone (docs/keep.md, fidelity).
   bool per_token = false;
+  // `probe=N`: unit attention from each recomputed unit's last N rows and the query's rows
+  // (RecomputeNeeds::probe_rows); 0 (default) measures every recomputed row.
+  int64_t probe_rows = 0;
 };
 
 class KeepRecompute : public RecomputePolicy {

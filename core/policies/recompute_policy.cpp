@@ -88,7 +88,7 @@ std::unique_ptr<RecomputePolicy> make_recompute_policy(const std::string& spec) 
     return std::make_unique<CacheBlendRecompute>(ratio);
   }
   if (name == "keep") {
-    refuse_unknown(spec, options, ",mean,decay,schedule,iterations,score,");
+    refuse_unknown(spec, options, ",mean,decay,schedule,iterations,score,probe,");
     KeepRecomputeOptions o;
     if (options.count("score")) {
       const std::string& v = options.at("score");
@@ -117,6 +117,8 @@ std::unique_ptr<RecomputePolicy> make_recompute_policy(const std::string& spec) 
     if (options.count("iterations"))
       o.importance.max_iterations =
           static_cast<int>(number(spec, "iterations", options.at("iterations"), 1, 1000));
+    if (options.count("probe"))
+      o.probe_rows = static_cast<int64_t>(number(spec, "probe", options.at("probe"), 0, 1e6));
     return std::make_unique<KeepRecompute>(o);
   }
   throw std::invalid_argument("unknown recompute policy '" + name +

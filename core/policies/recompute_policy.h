@@ -40,6 +40,10 @@ struct LayerEvidence {
 struct RecomputeNeeds {
   bool unit_attention = false;
   bool key_deviation = false;
+  // With unit_attention: measure it from each recomputed unit's last `probe_rows` rows and every
+  // query row (0: from every recomputed row). The authors' code uses 3; fewer rows make the
+  // probabilities, an O(rows x prompt) pass per layer, cheap on long prompts.
+  int64_t probe_rows = 0;
 };
 
 // One round of importance propagation, for the trace and the panel.
