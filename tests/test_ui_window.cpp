@@ -320,7 +320,7 @@ class UiWindowTest : public QObject {
       for (QAction* a : w->panels_menu()->actions())
         toggle = a->text() == QStringLiteral("Episodes") ? a : toggle;
       QVERIFY(toggle);
-      QCOMPARE(w->panels_menu()->actions().size(), 3);
+      QCOMPARE(w->panels_menu()->actions().size(), 4);  // memory, timeline, importance, episodes
       toggle->trigger();
       QVERIFY(!dock->isVisible());
       toggle->trigger();
