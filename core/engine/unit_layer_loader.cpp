@@ -68,34 +68,24 @@ int64_t UnitLayerLoader::issue(const std::vector<LayerLoadJob>& jobs) {
   const int64_t page_tokens = pages.page_tokens();
   const bool cuda = keys_.device().is_cuda();
   gpu::DeviceTimeline& tl = *units_.timeline;
-  // (layer, tier) -> page table rows: slab page, first slot, tokens.
-  std::map<std::pair<int64_t, PageTier>, std::vector<int64_t>[3]> tables;
+  // (layer, tier) -> page table.
+  std::map<std::pair<int64_t, PageTier>, PageTableRows> tables;
   int64_t tokens = 0;
   for (const LayerLoadJob& job : jobs) {
     const KvUnit& unit = units_.pool->unit(units_.ids[static_cast<size_t>(job.unit)]);
-    int64_t slot = layout_.units[static_cast<size_t>(job.unit)].begin;
-    for (size_t i = 0; i < unit.pages.size(); ++i) {
-      const int64_t count =
-          std::min(page_tokens, unit.tokens - static_cast<int64_t>(i) * page_tokens);
-      auto& rows = tables[{job.layer, unit.pages[i].tier}];
-      rows[0].push_back(unit.pages[i].index);
-      rows[1].push_back(slot);
-      rows[2].push_back(count);
-      slot += count;
-    }
+    const int64_t first_slot = layout_.units[static_cast<size_t>(job.unit)].begin;
+    for (PageTier tier : {PageTier::kDevice, PageTier::kPinned})
+      if (std::any_of(unit.pages.begin(), unit.pages.end(),
+                      [&](const PageRef& p) { return p.tier == tier; }))
+        tables[{job.layer, tier}].add_unit(unit, first_slot, tier, page_tokens);
     tokens += unit.tokens;
   }
   int64_t start = -1;
   const int64_t end = tl.on_copy_lane(
       [&] {
-        start = tl.mark(gpu::Lane::kCopy);  // after the lane's wait for compute: the copy itself
+        start = tl.mark(gpu::Lane::kCopy);  // on the copy lane, right before the copies
         for (auto& [key, rows] : tables) {
-          const int64_t n = static_cast<int64_t>(rows[0].size());
-          // Pinned, so that the table's copy to the device is asynchronous too.
-          at::Tensor host =
-              cuda ? gpu::empty_pinned({3, n}, at::kLong) : at::empty({3, n}, at::kLong);
-          for (int r = 0; r < 3; ++r)
-            std::copy(rows[r].begin(), rows[r].end(), host[r].data_ptr<int64_t>());
+          at::Tensor host = rows.host_tensor(cuda);
           at::Tensor table = cuda ? host.to(keys_.device(), /*non_blocking=*/true) : host;
           at::Tensor k = keys_.select(0, key.first), v = values_.select(0, key.first);
           gpu::gather_pages(k, v, pages.slab(key.second), key.first, table[0], table[1], table[2]);

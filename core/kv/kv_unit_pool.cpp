@@ -135,6 +135,29 @@ UnitLoadingKvSource::UnitLoadingKvSource(const KvUnitPool& pool, std::vector<int
   }
 }
 
+void PageTableRows::add_unit(const KvUnit& unit, int64_t first_slot, PageTier tier,
+                             int64_t page_tokens) {
+  int64_t next = first_slot;
+  for (size_t i = 0; i < unit.pages.size(); ++i) {
+    const int64_t n = std::min(page_tokens, unit.tokens - static_cast<int64_t>(i) * page_tokens);
+    if (unit.pages[i].tier == tier) {
+      page.push_back(unit.pages[i].index);
+      slot.push_back(next);
+      count.push_back(n);
+    }
+    next += n;
+  }
+}
+
+at::Tensor PageTableRows::host_tensor(bool pinned) const {
+  const auto n = static_cast<int64_t>(page.size());
+  at::Tensor host = pinned ? gpu::empty_pinned({3, n}, at::kLong) : at::empty({3, n}, at::kLong);
+  const std::vector<int64_t>* rows[3] = {&page, &slot, &count};
+  for (int r = 0; r < 3; ++r)
+    std::copy(rows[r]->begin(), rows[r]->end(), host[r].data_ptr<int64_t>());
+  return host;
+}
+
 void UnitLoadingKvSource::claim(int64_t spare) {
   std::vector<int64_t> positions;
   for (int64_t id : units_) {
@@ -145,31 +168,18 @@ void UnitLoadingKvSource::claim(int64_t spare) {
   loaded_tokens_ = static_cast<int64_t>(positions.size());
   pending_ = false;
   done_marks_.assign(cache_.shape().layers, -1);
-  // The page tables: each page's tokens go to the slots after the previous page's.
-  const int64_t p = pool_.pages().page_tokens();
+  // The page tables: each unit's tokens go to the slots after the previous unit's.
   tables_.clear();
   for (PageTier tier : {PageTier::kDevice, PageTier::kPinned}) {
-    std::vector<int64_t> rows[3];
+    PageTableRows rows;
     int64_t slot = first_slot_;
     for (int64_t id : units_) {
       const KvUnit& u = pool_.unit(id);
-      for (size_t i = 0; i < u.pages.size(); ++i) {
-        const int64_t count = std::min(p, u.tokens - static_cast<int64_t>(i) * p);
-        if (u.pages[i].tier == tier) {
-          rows[0].push_back(u.pages[i].index);
-          rows[1].push_back(slot);
-          rows[2].push_back(count);
-        }
-        slot += count;
-      }
+      rows.add_unit(u, slot, tier, pool_.pages().page_tokens());
+      slot += u.tokens;
     }
-    if (rows[0].empty()) continue;
-    const int64_t n = static_cast<int64_t>(rows[0].size());
-    // Pinned, so that the one copy of the table to the device is asynchronous too.
-    at::Tensor host = cache_.device().is_cuda() ? gpu::empty_pinned({3, n}, at::kLong)
-                                                : at::empty({3, n}, at::kLong);
-    for (int r = 0; r < 3; ++r)
-      std::copy(rows[r].begin(), rows[r].end(), host[r].data_ptr<int64_t>());
+    if (rows.empty()) continue;
+    at::Tensor host = rows.host_tensor(cache_.device().is_cuda());
     tables_.push_back({tier, host, {}});
   }
 }

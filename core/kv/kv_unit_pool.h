@@ -32,6 +32,18 @@ struct KvUnit {
   PageTier tier() const { return pages.empty() ? PageTier::kDevice : pages.front().tier; }
 };
 
+// A page table for gpu::gather_pages: per page of one tier, its slab page, the first slot it
+// fills and its token count (a unit's last page is partly filled).
+struct PageTableRows {
+  std::vector<int64_t> page, slot, count;
+  // The pages of `unit` in `tier`; its tokens go to slots first_slot.. in order.
+  void add_unit(const KvUnit& unit, int64_t first_slot, PageTier tier, int64_t page_tokens);
+  bool empty() const { return page.empty(); }
+  // [3, n] int64 on the host, pinned when `pinned` (so that its copy to the device is
+  // asynchronous too).
+  at::Tensor host_tensor(bool pinned) const;
+};
+
 class KvUnitPool {
  public:
   explicit KvUnitPool(KvPagePool& pages) : pages_(pages) {}
