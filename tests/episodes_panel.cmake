@@ -1,0 +1,4 @@
+# The EpiCache episodes panel (issue 15, "Panel"): the episode trace engram-cli eval conversation
+# --episodes-trace writes (no torch header: the trace is plain data) and the panel that reads it
+# (offscreen).
+engram_add_test(test_episode_trace SOURCES test_episode_trace.cpp LIBS engram_core TIMEOUT 60)
