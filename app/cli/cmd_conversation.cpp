@@ -16,6 +16,7 @@
 #include "core/env/conversation_jsonl.h"
 #include "core/env/conversation_qa_metrics.h"
 #include "core/policies/epicache_policy.h"
+#include "core/policies/episode_trace.h"
 #include "core/policies/lexical_embedding.h"
 #include "core/policies/retrieving_policy.h"
 #include "core/policies/text_embedding.h"
@@ -163,8 +164,8 @@ int run_export_conversation(int argc, char** argv) {
 
 int run_eval_conversation(int argc, char** argv) {
   auto with_value = model_flags_with_value();
-  with_value.insert(
-      {"episodes", "json", "min-tokens", "max-tokens", "questions-per-type", "max-answer-tokens"});
+  with_value.insert({"episodes", "json", "min-tokens", "max-tokens", "questions-per-type",
+                     "max-answer-tokens", "episodes-trace"});
   with_value.merge(policy_flags());
   const Args args(argc, argv, 3, with_value, {});
   (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
@@ -201,6 +202,13 @@ int run_eval_conversation(int argc, char** argv) {
   const bool episodic = epicache && epicache->options().patch == PatchKind::kEpisode;
   int64_t episodes_sum = 0, routed_questions = 0, routed_all = 0, routed_any = 0;
   double clustering_ms_sum = 0;
+  // --episodes-trace: the episodes panel's trace (episode_trace.h) of the first conversation, one
+  // step per question.
+  const bool trace_episodes = args.has("episodes-trace");
+  if (trace_episodes && !episodic)
+    throw UsageError("--episodes-trace needs --policy epicache (patch=0: episodes)");
+  EpisodeTrace episode_trace;
+  episode_trace.model = model.name;
   for (int64_t episode = 0; episode < episodes; ++episode) {
     const uint64_t seed = static_cast<uint64_t>(first + episode);
     const Conversation c = env::generate_conversation(conversation_config(args, seed));
@@ -230,6 +238,8 @@ int run_eval_conversation(int argc, char** argv) {
     std::vector<HistoryCache> caches;
     std::vector<UtteranceWindow> windows;
     EpisodeClustering clustering;
+    std::vector<std::string> texts;  // of the windows
+    std::vector<Embedding> embeddings;
     Embedding centre;                          // empty: embeddings are not centred
     std::unique_ptr<LexicalEmbedder> lexical;  // epicache:embed=1
     int64_t most_patch = 0;
@@ -237,8 +247,6 @@ int run_eval_conversation(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       windows =
           utterance_windows(begin, u.size(), static_cast<size_t>(epicache->options().w_embed));
-      std::vector<Embedding> embeddings;
-      std::vector<std::string> texts;
       for (const UtteranceWindow& w : windows)
         texts.push_back(window_text(u, w));
       if (epicache->options().lexical) lexical = std::make_unique<LexicalEmbedder>(texts);
@@ -310,6 +318,19 @@ int run_eval_conversation(int argc, char** argv) {
           routed_any += any_in;
         }
         routing = {{"episode", routed}, {"evidence_in_episode", all_in}};
+        if (trace_episodes && episode == 0) {
+          EpisodeTraceStep step = make_episode_trace_step(windows, texts, embeddings, clustering,
+                                                          q.question, query, routed);
+          step.turn = &q - c.questions.data();
+          step.spec = policy->spec();
+          step.budget = policy->budget();
+          step.layers = mc.num_layers;
+          for (size_t e = 0; e < step.episodes.size(); ++e) {
+            step.episodes[e].cache_tokens = caches[e].ws->tokens();
+            step.episodes[e].built = episode_trace.steps.empty();  // built before question 0
+          }
+          episode_trace.steps.push_back(std::move(step));
+        }
       }
       const KvWorkingSet& base_ws = *caches[routed].ws;
       const MemoryPolicy& base_policy = *caches[routed].policy;
@@ -402,6 +423,13 @@ int run_eval_conversation(int argc, char** argv) {
         static_cast<double>(episodes_sum) / static_cast<double>(episodes),
         clustering_ms_sum / static_cast<double>(episodes), static_cast<long long>(routed_all),
         static_cast<long long>(routed_questions), static_cast<long long>(routed_any));
+  }
+
+  if (trace_episodes) {
+    const std::string path = args.str("episodes-trace", "");
+    write_episode_trace(path, episode_trace);
+    std::fprintf(stderr, "episode trace: %zu questions of conversation %llu -> %s\n",
+                 episode_trace.steps.size(), static_cast<unsigned long long>(first), path.c_str());
   }
 
   if (args.has("json")) {
