@@ -22,5 +22,6 @@ int run_eval_conversation(int argc, char** argv);    // `eval conversation`: QA 
 int run_export_chat(int argc, char** argv);  // `export chat`: a profile's conversations to a file
 int run_import_chat(int argc, char** argv);  // `import chat`: a JSON file as new conversations
 int run_serve(int argc, char** argv);        // `serve`: OpenAI-compatible HTTP API (issue 19)
+int run_calibrate(int argc, char** argv);    // `calibrate`: layer sensitivity (EpiCache §3.2)
 
 }  // namespace engram::cli

@@ -124,6 +124,9 @@ void usage() {
       "           [--max-tokens B]\n"
       "  eval conversation --model DIR [--episodes N] [--seed S] [--policy P] [--kv-budget T]\n"
       "           [--json FILE]\n"
+      "  calibrate --model DIR [--text FILE | --seed S] [--tokens N] [--sink S] [--window W]\n"
+      "           [--block B] [--alpha A] [--profile DIR] [--json FILE]   (EpiCache layer\n"
+      "           sensitivity: key cosine, full vs sink + blocked mask; stored per model)\n"
       "  export chat [--profile DIR] (--conversation ID|NAME | --all) --format json|markdown\n"
       "           --out FILE|-   (stored conversations, without their KV caches)\n"
       "  import chat [--profile DIR] FILE   (a JSON export, as new conversations)\n"
@@ -149,6 +152,7 @@ int main(int argc, char** argv) {
     if (command == "bench") return engram::cli::run_bench(argc, argv);
     if (command == "logits") return engram::cli::run_logits(argc, argv);
     if (command == "sim") return engram::cli::run_sim(argc, argv);
+    if (command == "calibrate") return engram::cli::run_calibrate(argc, argv);
 #ifndef ENGRAM_NO_SERVE
     if (command == "serve") return engram::cli::run_serve(argc, argv);
 #else
