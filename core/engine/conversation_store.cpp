@@ -248,11 +248,14 @@ int64_t restore_runs(storage::KvBlobStore& blobs, int64_t id, const storage::KvB
   if (static_cast<int64_t>(stream.size()) != stream_end)
     throw std::invalid_argument("the stored runs hold " + std::to_string(stream.size()) +
                                 " tokens, the manifest " + std::to_string(stream_end));
-  if (map.numel() > 0 && (map.min().item<int64_t>() < 0 || map.max().item<int64_t>() >= stream_end))
+  // -1: a slot a ragged plan left empty in that (layer, head); it comes back empty.
+  if (map.numel() > 0 &&
+      (map.min().item<int64_t>() < -1 || map.max().item<int64_t>() >= stream_end))
     throw std::invalid_argument("the manifest names tokens outside the stream");
+  const at::Tensor held = map.ge(0);
   // Only the runs that hold a slot are read; `column` maps a stream token to its place in them.
   at::Tensor needed = at::zeros({stream_end}, at::kBool);
-  needed.index_fill_(0, map.reshape({-1}), true);
+  needed.index_fill_(0, map.index({held}), true);
   at::Tensor column = at::full({stream_end}, -1, at::kLong);
   std::vector<at::Tensor> kv_parts, pos_parts;
   int64_t columns = 0;
@@ -271,8 +274,10 @@ int64_t restore_runs(storage::KvBlobStore& blobs, int64_t id, const storage::KvB
   const int64_t slots = ms[2];
   const at::Tensor all_kv = at::cat(kv_parts, 3).to(device);  // [2, L, H, C, d]
   const at::Tensor all_pos = at::cat(pos_parts, 0);           // [C]
-  const at::Tensor cols = column.index({map.reshape({-1})})
+  // An empty slot reads column 0 (any stored KV: it is hidden from attention).
+  const at::Tensor cols = column.index({map.clamp_min(0).reshape({-1})})
                               .view(map.sizes())
+                              .masked_fill(held.logical_not(), 0)
                               .expand({shape.layers, shape.kv_heads, slots});  // [L, H, n]
   const at::Tensor deltas = at::arange(slots, at::kLong).view({1, 1, slots}) -
                             all_pos.index({cols.reshape({-1})}).view(cols.sizes());

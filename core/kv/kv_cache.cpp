@@ -54,7 +54,33 @@ void KvCache::ensure_room(int64_t tokens) {
   at::Tensor pos = at::full({batch_, grown}, -1, positions_.options());
   pos.narrow(1, 0, used).copy_(positions_.narrow(1, 0, used));
   positions_ = pos;
+  if (key_valid_.defined()) {
+    at::Tensor valid =
+        at::ones({shape_.layers, batch_, shape_.kv_heads, grown}, key_valid_.options());
+    valid.narrow(3, 0, used).copy_(key_valid_.narrow(3, 0, used));
+    key_valid_ = valid;
+  }
   capacity_ = grown;
+}
+
+void KvCache::set_key_valid(const at::Tensor& valid) {
+  if (!valid.defined()) {
+    key_valid_ = at::Tensor();
+    return;
+  }
+  const int64_t n = valid.size(-1);
+  if (batch_ != 1 || valid.dim() != 3 || valid.size(0) != shape_.layers ||
+      valid.size(1) != shape_.kv_heads || n > capacity_) {
+    throw std::invalid_argument(
+        "KvCache::set_key_valid: [layers, kv_heads, n <= capacity] for one row");
+  }
+  // Written in place once allocated: a recorded decode step keeps reading the same storage.
+  if (!key_valid_.defined()) {
+    key_valid_ = at::ones({shape_.layers, 1, shape_.kv_heads, capacity_},
+                          at::TensorOptions().dtype(at::kBool).device(device_));
+  }
+  key_valid_.fill_(true);
+  key_valid_.select(1, 0).narrow(2, 0, n).copy_(valid);
 }
 
 at::Tensor KvCache::write_slots(int64_t tokens) const {
@@ -123,6 +149,17 @@ void KvCache::copy_row_from(int64_t row, const KvCache& other, int64_t other_row
   }
   positions_[row].fill_(-1);
   positions_[row].narrow(0, 0, n).copy_(other.positions_[other_row].narrow(0, 0, n));
+  if (other.key_valid_.defined() && !key_valid_.defined()) {
+    key_valid_ = at::ones({shape_.layers, batch_, shape_.kv_heads, capacity_},
+                          at::TensorOptions().dtype(at::kBool).device(device_));
+  }
+  if (key_valid_.defined()) {
+    key_valid_.select(1, row).fill_(true);
+    if (other.key_valid_.defined()) {
+      key_valid_.select(1, row).narrow(2, 0, n).copy_(
+          other.key_valid_.select(1, other_row).narrow(2, 0, n));
+    }
+  }
   lengths_[row] = n;
   dense_ = dense_ && other.dense_ && all_equal(lengths_);
 }
@@ -130,6 +167,8 @@ void KvCache::copy_row_from(int64_t row, const KvCache& other, int64_t other_row
 void KvCache::truncate(int64_t row, int64_t length) {
   if (length > lengths_.at(row)) throw std::out_of_range("KvCache::truncate past the end");
   positions_[row].narrow(0, length, capacity_ - length).fill_(-1);
+  if (key_valid_.defined())
+    key_valid_.select(1, row).narrow(2, length, capacity_ - length).fill_(true);
   lengths_[row] = length;
   if (!all_equal(lengths_)) dense_ = false;
 }
@@ -153,6 +192,10 @@ at::Tensor KvCache::values(int64_t layer, int64_t extra) const {
 }
 at::Tensor KvCache::positions(int64_t extra) const {
   return positions_.narrow(1, 0, max_length() + extra);
+}
+at::Tensor KvCache::key_valid(int64_t layer, int64_t extra) const {
+  if (!key_valid_.defined()) return at::Tensor();
+  return key_valid_[layer].narrow(2, 0, max_length() + extra);
 }
 
 void KvCache::rerotate(int64_t row, int64_t begin, int64_t end, int64_t delta,

@@ -43,11 +43,18 @@ class KvCache {
   int64_t claim(const std::vector<int64_t>& positions, int64_t spare = 0);
   // Grows capacity (copying) so that `tokens` more fit in every row.
   void ensure_room(int64_t tokens);
+  // One-row caches: which slots each (layer, KV head) may attend, `valid` [layers, kv_heads, n]
+  // bool for the first n slots; later slots (fresh tokens) are valid for every head. A ragged
+  // working set (core/kv/working_set.h) pads its shorter (layer, head) lists with invalid slots.
+  // Undefined: every slot valid, and the mask is freed (attention keeps its unmasked fast paths).
+  void set_key_valid(const at::Tensor& valid);
 
   // Views over the first max_length() (+ pending) slots.
   at::Tensor keys(int64_t layer, int64_t extra = 0) const;
   at::Tensor values(int64_t layer, int64_t extra = 0) const;
   at::Tensor positions(int64_t extra = 0) const;
+  // [B, kv_heads, max_length() + extra] bool, or undefined when every slot is valid.
+  at::Tensor key_valid(int64_t layer, int64_t extra = 0) const;
 
   // Slot index tensor [B, S] for writing S tokens at the rows' current lengths.
   at::Tensor write_slots(int64_t tokens) const;
@@ -75,6 +82,7 @@ class KvCache {
   std::vector<at::Tensor> keys_;  // per layer [B, H, capacity, d]
   std::vector<at::Tensor> values_;
   at::Tensor positions_;  // [B, capacity] int64
+  at::Tensor key_valid_;  // [layers, B, kv_heads, capacity] bool; undefined = all valid
   std::vector<int64_t> lengths_;
   bool dense_ = true;
 };

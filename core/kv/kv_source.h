@@ -38,7 +38,10 @@ struct FreshKv {
 // What the queries of one layer attend to. keys/values [B, kv_heads, T, head_dim];
 // key_positions [B, T] int64 with -1 for empty slots. A query at position p sees a key at
 // position k when 0 <= k <= p (and inside the sliding window, if any): masking is exact by
-// position, whatever order the keys are in.
+// position, whatever order the keys are in. key_valid [B, kv_heads, T] bool further hides a slot
+// from one KV head (and its query heads) only: a ragged working set, whose (layer, head) lists
+// keep different numbers of tokens, pads the shorter ones. Undefined = every slot is valid (the
+// common case, which keeps the unmasked fast paths).
 struct AttendKv {
   at::Tensor keys;
   at::Tensor values;
@@ -46,6 +49,7 @@ struct AttendKv {
   // True when every row's keys are at positions 0..T-1 in order and the queries are the last S
   // of them: the runtime may then use a plain causal kernel instead of an explicit mask.
   bool dense_causal = false;
+  at::Tensor key_valid;
 };
 
 enum class ForwardPhase : uint8_t { kPrefill, kDecode };

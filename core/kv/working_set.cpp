@@ -74,6 +74,7 @@ bool KvWorkingSet::truncate(int64_t stream_length) {
 
 void KvWorkingSet::clear() {
   cache_.truncate(0, 0);
+  cache_.set_key_valid(at::Tensor());
   compacted_ = at::Tensor();
   exact_slot_ = exact_stream_ = stream_end_ = 0;
   pending_.clear();
@@ -92,6 +93,8 @@ void KvWorkingSet::assign(const KvWorkingSet& other) {
     cache_.values(l, n)[0].narrow(1, 0, n).copy_(other.cache_.values(l)[0].narrow(1, 0, n));
   }
   cache_.set_dense_length(n);
+  const at::Tensor valid = other.cache_.key_valid(0);
+  cache_.set_key_valid(valid.defined() ? other.slot_stream().ge(0) : at::Tensor());
   compacted_ = other.compacted_;
   exact_slot_ = other.exact_slot_;
   exact_stream_ = other.exact_stream_;
@@ -115,8 +118,10 @@ std::vector<float> KvWorkingSet::attention_share() const {
   std::vector<float> share(static_cast<size_t>(stream_end_), 0.0f);
   std::fill(share.begin() + exact_stream_, share.end(), 1.0f);
   if (exact_slot_ > 0) {
+    const at::Tensor held = compacted_.reshape({-1});
+    // A ragged working set's padding slots (-1) hold no token.
     const at::Tensor counts =
-        at::bincount(compacted_.reshape({-1}), {}, stream_end_)
+        at::bincount(held.index({held.ge(0)}), {}, stream_end_)
             .to(at::kFloat)
             .div_(static_cast<float>(compacted_.size(0) * compacted_.size(1)));
     const float* c = counts.data_ptr<float>();
@@ -184,27 +189,37 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
     if (from < stream_end_) pending_.push_back(copy_tail(from));
   }
   const at::Tensor old_positions = cache_.positions()[0].narrow(0, 0, before).to(at::kCPU);
-  const at::Tensor old_map = slot_stream();  // [L, H, before]
+  const at::Tensor old_map = slot_stream();  // [L, H, before], -1 where a slot holds no token
   const auto host_long = at::TensorOptions().dtype(at::kLong);
   const at::Tensor target = at::arange(n, host_long);
 
-  // Index of the kept slots, [L, H, n] on the CPU (validated once here).
+  // Index of the kept slots, [L, H, n] on the CPU (validated once here). A shorter list (a
+  // ragged plan) sits at the end of its n slots, after `n - length` padding slots that read slot
+  // 0 and stay invalid: its tokens keep positions next to the fresh ones, and the verbatim tail
+  // stays at the same slots in every head (exact_slot(), truncate()).
   at::Tensor index;
+  at::Tensor padded;  // [L, H, n] bool, true on padding slots; undefined when none
   if (!per_head) {
     index = at::tensor(plan.shared, host_long).view({1, 1, n}).expand({s.layers, s.kv_heads, n});
   } else {
     std::vector<int64_t> flat;
     flat.reserve(static_cast<size_t>(s.layers * s.kv_heads * n));
+    std::vector<uint8_t> pad;
+    bool ragged = false;
     for (const auto& layer : plan.per_head) {
       if (static_cast<int64_t>(layer.size()) != s.kv_heads)
         throw std::invalid_argument("KeepPlan: one list per KV head expected");
       for (const auto& head : layer) {
-        if (static_cast<int64_t>(head.size()) != n)
-          throw std::invalid_argument("KeepPlan: every list must keep the same number of slots");
+        const int64_t missing = n - static_cast<int64_t>(head.size());
+        ragged = ragged || missing > 0;
+        flat.insert(flat.end(), static_cast<size_t>(missing), 0);
         flat.insert(flat.end(), head.begin(), head.end());
+        pad.insert(pad.end(), static_cast<size_t>(missing), 1);
+        pad.insert(pad.end(), head.size(), 0);
       }
     }
     index = at::tensor(flat, host_long).view({s.layers, s.kv_heads, n});
+    if (ragged) padded = at::tensor(pad, at::kByte).view({s.layers, s.kv_heads, n}).to(at::kBool);
   }
   if (n > 0 && (index.min().item<int64_t>() < 0 || index.max().item<int64_t>() >= before)) {
     throw std::out_of_range("KeepPlan: a kept slot is outside the working set's " +
@@ -240,8 +255,15 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   }
   cache_.set_dense_length(n);
 
-  set_slot_map(old_map.gather(2, index));
-  evicted_ += before - n;
+  at::Tensor map = old_map.gather(2, index);
+  if (padded.defined()) map.masked_fill_(padded, -1);
+  set_slot_map(map);
+  // A slot that holds no token (padding, or one a plan kept from an earlier padding) is hidden
+  // from its head; a plan that fills every slot frees the mask.
+  const at::Tensor valid = map.ge(0);
+  cache_.set_key_valid(valid.all().item<bool>() ? at::Tensor() : valid);
+  const int64_t evicted_pairs = old_map.ge(0).sum().item<int64_t>() - valid.sum().item<int64_t>();
+  evicted_ += evicted_pairs / (s.layers * s.kv_heads);
 }
 
 void KvWorkingSet::set_slot_map(const at::Tensor& map_in) {
@@ -295,7 +317,11 @@ void KvWorkingSet::adopt(const KvCache& cache, const at::Tensor& slot_stream,
   }
   cache_.set_dense_length(n);
   stream_end_ = stream_tokens;
-  set_slot_map(slot_stream.to(at::kCPU, at::kLong).expand({s.layers, s.kv_heads, n}));
+  const at::Tensor map = slot_stream.to(at::kCPU, at::kLong).expand({s.layers, s.kv_heads, n});
+  set_slot_map(map);
+  // Slots stored as -1 (a ragged plan's padding) come back hidden from their heads.
+  const at::Tensor valid = map.ge(0);
+  if (!valid.all().item<bool>()) cache_.set_key_valid(valid.contiguous());
   capture_from_ = stream_tokens;
   peak_ = n;
 }

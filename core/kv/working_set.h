@@ -4,6 +4,12 @@
 // KeepPlan here and nowhere else: kept slots are gathered to the front per (layer, KV head) and
 // re-rotated to positions 0..n-1.
 //
+// Ragged plans (lists of different lengths per (layer, head): EpiCache's head-wise selection and
+// layer budgets) keep one slot count n = the longest list, so the cache stays rectangular with
+// fixed addresses (the recorded decode step replays over it). A shorter list fills the last of
+// the n slots; the slots before it hold no token (slot_stream() -1) and are hidden from that
+// head's attention (KvCache::key_valid). Fresh tokens append after n in every head.
+//
 // The stream is every token ever fed (prompt tokens and the generated tokens fed back); stream
 // index i is the i-th of them. Slots [exact_slot(), tokens()) hold the stream's last tokens in
 // order in every layer and head (truncate() may cut there); earlier slots are what the policy
@@ -71,14 +77,15 @@ class KvWorkingSet {
   // frees the rest. With capture on, the tokens no run holds yet are copied out first.
   void apply(const KeepPlan& plan, const at::Tensor& inv_freq);
 
-  // Stream index held by each slot: [layers, kv_heads, tokens()] int64 on the CPU.
+  // Stream index held by each slot: [layers, kv_heads, tokens()] int64 on the CPU; -1 where a
+  // ragged plan left a slot empty.
   at::Tensor slot_stream() const;
   // For every stream token, the share of (layer, KV head) lists whose attention still holds it
   // (the memory inspector asks several times a second: the verbatim tail costs no tensor).
   std::vector<float> attention_share() const;
   // Installs a working set restored from the store: `cache` rows hold the KV, `slot_stream`
-  // which stream token each slot holds ([L, H, n] or [1, 1, n] when shared), `stream_tokens` the
-  // stream's length.
+  // which stream token each slot holds ([L, H, n] or [1, 1, n] when shared; -1: none, the slot is
+  // hidden from that head), `stream_tokens` the stream's length.
   void adopt(const KvCache& cache, const at::Tensor& slot_stream, int64_t stream_tokens);
 
   // Persistence (append-only runs, core/engine/conversation_store.h): tokens from capture_mark()
@@ -99,7 +106,8 @@ class KvWorkingSet {
   int64_t peak_tokens() const { return peak_; }
   void reset_peak() { peak_ = tokens(); }
   void note_peak() { peak_ = std::max(peak_, tokens()); }
-  // Stream tokens dropped from attention so far (the sum over plans of slots freed, per head).
+  // Stream tokens dropped from attention so far (the sum over plans of the tokens freed, averaged
+  // over (layer, KV head) lists).
   int64_t evicted_tokens() const { return evicted_; }
 
  private:

@@ -1,6 +1,10 @@
 #include "core/policies/epicache_policy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace engram {
 
@@ -27,6 +31,11 @@ std::string EpiCachePolicy::spec() const {
   add("per_head", options_.per_head, d.per_head);
   add("embed", options_.lexical, d.lexical);
   add("centre", options_.centre, d.centre);
+  if (!layer_budgets_.empty()) {  // last: the list's commas read up to the next key=value
+    out += (out.empty() ? "" : ",") + std::string("layers=");
+    for (size_t l = 0; l < layer_budgets_.size(); ++l)
+      out += (l ? "," : "") + std::to_string(layer_budgets_[l]);
+  }
   return out.empty() ? name() : name() + ":" + out;
 }
 
@@ -67,7 +76,11 @@ void EpiCachePolicy::on_layer(const LayerView& view) {
   // The episode and infinipot patches score the cached tokens (all but the patch's own columns);
   // the snapkv window scores every key, itself included, as SnapKV does.
   const bool patched = !uses_window();
-  const at::Tensor s = patch_scores(view.probs, kv_heads, patched ? t - r : t, patched);
+  at::Tensor s = patch_scores(view.probs, kv_heads, patched ? t - r : t, patched);
+  // Slots a ragged plan left empty in a head (attention's key_valid) are never worth keeping.
+  if (view.kv.key_valid.defined())
+    s.masked_fill_(view.kv.key_valid[0].narrow(1, 0, s.size(1)).logical_not().to(s.device()),
+                   -std::numeric_limits<float>::infinity());
   if (static_cast<int64_t>(scores_.size()) <= view.layer) scores_.resize(view.layer + 1);
   scores_[view.layer] = s.to(at::kCPU).contiguous();
 }
@@ -81,39 +94,110 @@ at::Tensor EpiCachePolicy::scores_for(int64_t layer, int64_t kv_heads, int64_t t
     const int64_t scored = std::min(tokens, scores_[layer].size(1));
     s.narrow(1, 0, scored).copy_(scores_[layer].narrow(1, 0, scored));
   }
-  if (!options_.per_head) s = std::get<0>(s.max(0, true)).expand({kv_heads, tokens}).clone();
+  if (options_.per_head == 0) s = std::get<0>(s.max(0, true)).expand({kv_heads, tokens}).clone();
   return s;
 }
 
+int64_t EpiCachePolicy::layer_keep(int64_t layer, int64_t layers, int64_t target) const {
+  if (layer_budgets_.empty()) return target;
+  if (static_cast<int64_t>(layer_budgets_.size()) != layers) {
+    throw std::invalid_argument("epicache: " + std::to_string(layer_budgets_.size()) +
+                                " layer budgets for a model of " + std::to_string(layers) +
+                                " layers");
+  }
+  const int64_t m = layer_budgets_[static_cast<size_t>(layer)];
+  // M_l is set at the budget; other targets (decode slack, positions) scale it.
+  const double scale = budget() > 0 ? static_cast<double>(target) / budget() : 1.0;
+  return std::clamp<int64_t>(std::llround(m * scale), 0, target);
+}
+
+namespace {
+
+// Ada-KV's joint selection: the top `pairs` (head, slot) pairs of s [H, T] with at most `cap`
+// slots per head and none scored -inf (an empty slot). Returns each head's slots, unsorted.
+std::vector<std::vector<int64_t>> joint_top(const at::Tensor& s, int64_t pairs, int64_t cap) {
+  const int64_t heads = s.size(0), t = s.size(1);
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(heads));
+  if (pairs <= 0 || t == 0) return out;
+  const at::Tensor order = std::get<1>(s.reshape({-1}).sort(/*stable=*/true, 0, true));
+  const at::Tensor flat = s.reshape({-1}).contiguous();
+  const float* score = flat.data_ptr<float>();
+  const int64_t* o = order.data_ptr<int64_t>();
+  int64_t taken = 0;
+  for (int64_t i = 0; i < heads * t && taken < pairs; ++i) {
+    if (score[o[i]] == -std::numeric_limits<float>::infinity()) break;
+    auto& head = out[static_cast<size_t>(o[i] / t)];
+    if (static_cast<int64_t>(head.size()) >= cap) continue;
+    head.push_back(o[i] % t);
+    ++taken;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t target) {
   target = std::max<int64_t>(0, std::min(target, ws.tokens));
-  const int64_t tail =
-      std::min(uses_window() ? std::max(options_.tail, options_.window) : options_.tail, target);
-  const int64_t choose = target - tail;
-  const int64_t older = ws.tokens - tail;
+  const int64_t tail_rule =
+      uses_window() ? std::max(options_.tail, options_.window) : options_.tail;
+  const float empty = -std::numeric_limits<float>::infinity();
+  const auto host_long = at::TensorOptions().dtype(at::kLong);
   KeepPlan plan;
   plan.per_head.resize(ws.layers);
-  std::vector<at::Tensor> kept_scores(ws.layers);
+  std::vector<at::Tensor> scores(ws.layers);
   for (int64_t l = 0; l < ws.layers; ++l) {
-    const at::Tensor s = scores_for(l, ws.kv_heads, ws.tokens);  // [H, T]
-    at::Tensor chosen = std::get<1>(s.narrow(1, 0, older).topk(choose, 1));
-    chosen = std::get<0>(chosen.sort(1));
-    const at::Tensor recent = at::arange(older, ws.tokens, at::TensorOptions().dtype(at::kLong))
-                                  .unsqueeze(0)
-                                  .expand({ws.kv_heads, tail});
-    const at::Tensor keep = at::cat({chosen, recent}, 1).contiguous();  // [H, target]
-    kept_scores[l] = s.gather(1, keep);
+    const int64_t keep = layer_keep(l, ws.layers, target);
+    const int64_t tail = std::min(tail_rule, keep);
+    const int64_t choose = keep - tail;
+    const int64_t older = ws.tokens - tail;
+    scores[l] = scores_for(l, ws.kv_heads, ws.tokens);  // [H, T]
+    const at::Tensor candidates = scores[l].narrow(1, 0, older);
+    std::vector<std::vector<int64_t>> chosen;
+    if (options_.per_head == 2) {
+      chosen = joint_top(candidates, choose * ws.kv_heads, target - tail);
+    } else {
+      const auto [top_t, index_t] = candidates.topk(choose, 1);
+      const at::Tensor top = top_t.contiguous(), index = index_t.contiguous();
+      const auto top_a = top.accessor<float, 2>();
+      const auto index_a = index.accessor<int64_t, 2>();
+      chosen.resize(static_cast<size_t>(ws.kv_heads));
+      for (int64_t h = 0; h < ws.kv_heads; ++h) {
+        for (int64_t i = 0; i < choose; ++i)  // an empty slot is never worth keeping
+          if (top_a[h][i] != empty) chosen[h].push_back(index_a[h][i]);
+      }
+    }
     plan.per_head[l].resize(ws.kv_heads);
     for (int64_t h = 0; h < ws.kv_heads; ++h) {
-      const int64_t* p = keep[h].data_ptr<int64_t>();
-      plan.per_head[l][h].assign(p, p + target);
+      std::vector<int64_t>& list = plan.per_head[l][h];
+      list = std::move(chosen[h]);
+      std::sort(list.begin(), list.end());
+      for (int64_t j = older; j < ws.tokens; ++j)
+        list.push_back(j);
     }
   }
-  // The scores follow their slots (kept slot j is now slot j); a later shrink without a fresh
-  // patch (decode) ranks by them.
-  scores_ = std::move(kept_scores);
-  plan.reason = "epicache: top " + std::to_string(choose) +
-                " per head by the patch's attention + " + "the last " + std::to_string(tail);
+  // The scores follow their slots (kept slot j is now slot j; a shorter list fills the last of
+  // the plan's slots, after empty ones); a later shrink without a fresh patch (decode) ranks by
+  // them.
+  const int64_t n = plan.kept();
+  for (int64_t l = 0; l < ws.layers; ++l) {
+    at::Tensor kept = at::full({ws.kv_heads, n}, empty, at::TensorOptions().dtype(at::kFloat));
+    for (int64_t h = 0; h < ws.kv_heads; ++h) {
+      const auto& list = plan.per_head[l][h];
+      const auto len = static_cast<int64_t>(list.size());
+      kept[h]
+          .narrow(0, n - len, len)
+          .copy_(scores[l][h].index_select(0, at::tensor(list, host_long)));
+    }
+    scores[l] = kept;
+  }
+  scores_ = std::move(scores);
+  const char* how = options_.per_head == 2   ? " (head, token) pairs per layer jointly"
+                    : options_.per_head == 1 ? " per head"
+                                             : " per layer";
+  plan.reason = "epicache: top " + std::to_string(target - std::min(tail_rule, target)) + how +
+                " by the patch's attention + the last " +
+                std::to_string(std::min(tail_rule, target)) +
+                (layer_budgets_.empty() ? "" : ", layer budgets");
   return plan;
 }
 

@@ -14,12 +14,22 @@
 //   2 snapkv: no extra forward; the block's last `window` tokens are the probe rows (also what
 //     any variant does when no patch was set: `chat` and `generate` build no episodes yet).
 //
+// Selection (option `per_head`): 0 keeps one list per layer ranked by the max over its KV heads;
+// 1 (default) ranks per KV head, every head keeping the same number of tokens; 2 is the paper's
+// head-wise non-uniform selection (Ada-KV): each layer keeps its top M_l·H_kv (head, token)
+// pairs jointly, so heads keep different numbers (a ragged KeepPlan, core/kv/working_set.h).
+// Layer budgets (§3.2, set_layer_budgets() or option `layers=a,b,...`): M_l tokens per KV head
+// in layer l when the runner shrinks to the budget (scaled by target/budget for other targets),
+// at most the target per head, so the working set holds n <= budget slots per (layer, head):
+// budget >= max M_l gives every layer its M_l (core/policies/layer_budget.h computes them).
+// Heads can differ only where M_l is below the budget (a head keeps at most the budget): with
+// no layer budgets per_head=2 keeps per_head=1's plan. The budget is then the allocation (the
+// slots every layer holds), M_l·H_kv the (head, token) pairs attention sees in layer l.
+//
 // Engram's deviations: kept tokens are compacted to positions 0..n-1 like every Engram plan (the
-// paper decodes at the original total length); every head keeps the same number of tokens
-// (KeepPlan lists have one length), so the paper's head-wise non-uniform selection (Ada-KV) is
-// not available: `per_head=1` (default) ranks per KV head, `per_head=0` keeps one list per layer
-// ranked by the max over its KV heads; uniform layer budgets (calibrate is not built yet); the
-// last `tail` tokens (32) of a block are always kept, so a question block that passes the
+// paper decodes at the original total length); the slot count is shared by all layers (the
+// allocation is max M_l per layer, the layers below it leave slots empty); the last `tail`
+// tokens (32) of a block are always kept by every head, so a question block that passes the
 // budget cannot evict the question itself; when decode reaches the budget the last scores
 // decide (tokens no patch scored rank by recency, above every scored one).
 #pragma once
@@ -37,9 +47,9 @@ struct EpiCacheOptions {
   int64_t episodes = 4;  // E (read by the caller that clusters)
   int64_t w_embed = 4;   // utterances per embedding window (read by the caller)
   PatchKind patch = PatchKind::kEpisode;
-  int64_t window = 64;  // probe rows of the snapkv variant
-  int64_t tail = 32;    // the last tokens always kept (the snapkv variant: at least its window)
-  bool per_head = true;
+  int64_t window = 64;   // probe rows of the snapkv variant
+  int64_t tail = 32;     // the last tokens always kept (the snapkv variant: at least its window)
+  int64_t per_head = 1;  // 0 per layer, 1 per KV head (uniform), 2 joint over the layer's heads
   bool lexical = false;  // embed=1: the caller embeds with LexicalEmbedder, not the model
   bool centre = true;    // the caller centres the embeddings on the conversation's mean window
 };
@@ -53,6 +63,10 @@ class EpiCachePolicy : public MemoryPolicy {
     return std::make_unique<EpiCachePolicy>(*this);
   }
   const EpiCacheOptions& options() const { return options_; }
+
+  // M_l per layer (tokens per KV head at the budget); empty = every layer gets the budget.
+  void set_layer_budgets(std::vector<int64_t> budgets) { layer_budgets_ = std::move(budgets); }
+  const std::vector<int64_t>& layer_budgets() const { return layer_budgets_; }
 
   // The patched prompt's token ids (no BOS): episode and infinipot variants.
   void set_patch(std::vector<int64_t> tokens) { patch_ = std::move(tokens); }
@@ -76,10 +90,13 @@ class EpiCachePolicy : public MemoryPolicy {
   // episodes yet): the block's last `window` tokens are the probe rows.
   bool uses_window() const { return options_.patch == PatchKind::kSnapKv || patch_.empty(); }
   at::Tensor scores_for(int64_t layer, int64_t kv_heads, int64_t tokens) const;
+  // Tokens per KV head that layer `layer` keeps when shrinking to `target`.
+  int64_t layer_keep(int64_t layer, int64_t layers, int64_t target) const;
 
   EpiCacheOptions options_;
   std::vector<int64_t> patch_;
-  std::vector<at::Tensor> scores_;  // per layer [kv_heads, scored slots]
+  std::vector<int64_t> layer_budgets_;
+  std::vector<at::Tensor> scores_;  // per layer [kv_heads, scored slots]; -inf on empty slots
 };
 
 // Eq. 3 from one layer's probabilities: probs [1, Hq, R, T] of R probe rows over T keys, the

@@ -17,6 +17,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -31,7 +32,7 @@ class RetrievalPolicy;
 
 // The working set as a policy sees it: no tensors.
 struct WorkingSetInfo {
-  int64_t tokens = 0;         // KV slots in use per (layer, KV head); equal for all of them
+  int64_t tokens = 0;         // KV slots per (layer, KV head) (after a ragged plan some are empty)
   int64_t stream_tokens = 0;  // tokens of the request's stream so far (everything ever fed)
   int64_t capacity = 0;       // fixed slots of the working set
   int64_t layers = 0;
@@ -51,15 +52,22 @@ struct BlockInfo {
 // Which working-set slots survive, in the order they keep. After the runner applies a plan the
 // kept slots are compacted to the front and re-rotated to positions 0..n-1 (positions within
 // the working set, as StreamingLLM): the cache stays inside the model's trained positions however
-// long the conversation is. Every list has the same length n.
+// long the conversation is. per_head lists may differ in length (a ragged plan: head-wise
+// selection, layer budgets): the working set then holds n = the longest list slots per (layer,
+// head) and hides the unused ones from the shorter lists' heads (core/kv/working_set.h).
 struct KeepPlan {
   std::vector<int64_t> shared;  // one list for every (layer, head), when per_head is empty
   std::vector<std::vector<std::vector<int64_t>>> per_head;  // [layer][kv head][kept slots]
   std::string reason;                                       // for the trace and the chat note
 
+  // Slots the working set holds after the plan: the longest list.
   int64_t kept() const {
-    return per_head.empty() ? static_cast<int64_t>(shared.size())
-                            : static_cast<int64_t>(per_head.front().front().size());
+    if (per_head.empty()) return static_cast<int64_t>(shared.size());
+    size_t most = 0;
+    for (const auto& layer : per_head)
+      for (const auto& head : layer)
+        most = std::max(most, head.size());
+    return static_cast<int64_t>(most);
   }
 };
 

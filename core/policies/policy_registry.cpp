@@ -2,6 +2,8 @@
 
 #include <map>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "core/policies/epicache_policy.h"
 #include "core/policies/full_policy.h"
@@ -42,6 +44,49 @@ std::map<std::string, int64_t> parse_options(const std::string& spec, std::strin
     at = comma + 1;
   }
   return out;
+}
+
+// "name:a=1,key=4,5,6,b=2" -> "name:a=1,b=2" and {4, 5, 6} in `list`: a list option's values are
+// the items after `key=` up to the next key=value item.
+std::string take_list(const std::string& spec, const std::string& key, std::vector<int64_t>& list) {
+  const size_t colon = spec.find(':');
+  if (colon == std::string::npos) return spec;
+  std::string kept = spec.substr(0, colon + 1);
+  bool in_list = false, first = true;
+  size_t at = colon + 1;
+  while (at <= spec.size()) {
+    const size_t comma = spec.find(',', at);
+    const std::string item = spec.substr(at, comma == std::string::npos ? comma : comma - at);
+    std::string value;
+    if (item.rfind(key + "=", 0) == 0) {
+      in_list = true;
+      value = item.substr(key.size() + 1);
+    } else if (in_list && item.find('=') == std::string::npos) {
+      value = item;
+    } else {
+      in_list = false;
+      kept += (first ? "" : ",") + item;
+      first = false;
+    }
+    if (in_list) {
+      size_t used = 0;
+      int64_t v = -1;
+      try {
+        v = std::stoll(value, &used);
+      } catch (const std::exception&) {
+      }
+      if (v < 0 || used != value.size() || value.empty())
+        throw std::invalid_argument("policy '" + spec + "': " + key +
+                                    "= takes non-negative "
+                                    "integers separated by commas, got '" +
+                                    value + "'");
+      list.push_back(v);
+    }
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (first) kept.pop_back();  // only the list: no options left after the colon
+  return kept;
 }
 
 int64_t take(std::map<std::string, int64_t>& options, const std::string& key, int64_t fallback) {
@@ -126,7 +171,10 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     return std::make_unique<RetrievingPolicy>(std::move(prefill), std::move(decode));
   }
   std::string name;
-  auto options = parse_options(spec, name);
+  std::vector<int64_t> layer_budgets;  // epicache's layers=M_0,M_1,...
+  auto options = parse_options(take_list(spec, "layers", layer_budgets), name);
+  if (!layer_budgets.empty() && name != "epicache")
+    throw std::invalid_argument("policy '" + spec + "': unknown option 'layers'");
   std::unique_ptr<MemoryPolicy> policy;
   if (name == "full") {
     policy = std::make_unique<FullPolicy>();
@@ -156,10 +204,15 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     o.patch = static_cast<PatchKind>(patch);
     o.window = std::max<int64_t>(1, take(options, "window", o.window));
     o.tail = take(options, "tail", o.tail);
-    o.per_head = take(options, "per_head", 1) != 0;
+    o.per_head = take(options, "per_head", 1);
+    if (o.per_head > 2)
+      throw std::invalid_argument("policy '" + spec +
+                                  "': per_head is 0 (per layer), 1 (per KV head) or 2 (joint)");
     o.centre = take(options, "centre", 1) != 0;
     o.lexical = take(options, "embed", 0) != 0;
-    policy = std::make_unique<EpiCachePolicy>(o);
+    auto epicache = std::make_unique<EpiCachePolicy>(o);
+    epicache->set_layer_budgets(std::move(layer_budgets));
+    policy = std::move(epicache);
   } else {
     std::string names;
     for (const auto& d : policy_catalog())

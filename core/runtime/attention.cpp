@@ -19,10 +19,19 @@ at::Tensor grouped_scores(const at::Tensor& q, const at::Tensor& k, bool f32) {
   return at::matmul(qg, kt);
 }
 
-// mask [B, 1, S, T] -> [B, 1, g·S, T] matching grouped_scores' rows.
+// mask [B, M, S, T] (M = 1 or Hkv) -> [B, M, g·S, T] matching grouped_scores' rows.
 at::Tensor grouped_mask(const at::Tensor& mask, int64_t g) {
-  const int64_t b = mask.size(0), s = mask.size(2), t = mask.size(3);
-  return mask.unsqueeze(2).expand({b, 1, g, s, t}).reshape({b, 1, g * s, t});
+  const int64_t b = mask.size(0), m = mask.size(1), s = mask.size(2), t = mask.size(3);
+  return mask.unsqueeze(2).expand({b, m, g, s, t}).reshape({b, m, g * s, t});
+}
+
+// The position mask, narrowed per KV head by key_valid when a ragged working set sets it:
+// [B, 1, S, T], or [B, Hkv, S, T].
+at::Tensor attend_mask(const AttendKv& kv, const at::Tensor& q_positions,
+                       std::optional<int64_t> window) {
+  at::Tensor mask = position_mask(q_positions, kv.key_positions, window);
+  if (kv.key_valid.defined()) mask = mask.logical_and(kv.key_valid.unsqueeze(2));
+  return mask;
 }
 
 at::Tensor grouped_probabilities(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask) {
@@ -54,8 +63,11 @@ at::Tensor grouped_attention(const at::Tensor& q, const at::Tensor& k, const at:
 
 #if TORCH_VERSION_MAJOR >= 2
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                const at::Tensor& mask, bool causal) {
+                const at::Tensor& mask_in, bool causal) {
   const int64_t g = q.size(1) / k.size(1);
+  // A per-KV-head mask (key_valid) covers each KV head's g query heads.
+  const at::Tensor mask =
+      mask_in.defined() && mask_in.size(1) > 1 && g > 1 ? mask_in.repeat_interleave(g, 1) : mask_in;
 #if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
   return at::scaled_dot_product_attention(
       q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt, 0.0, causal,
@@ -84,27 +96,25 @@ at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& 
                      std::optional<int64_t> window) {
   const int64_t s = q.size(2), t = kv.keys.size(2);
   const bool window_cuts = window && t > *window;
-  const bool dense = kv.dense_causal && !window_cuts;
+  const bool dense = kv.dense_causal && !window_cuts && !kv.key_valid.defined();
   if (dense && s == 1) {
     return grouped_attention(q, kv.keys, kv.values, at::Tensor());  // a new token sees all keys
   }
 #if TORCH_VERSION_MAJOR >= 2
   if (s > 1) {
     if (dense && s == t) return sdpa(q, kv.keys, kv.values, at::Tensor(), /*causal=*/true);
-    return sdpa(q, kv.keys, kv.values, position_mask(q_positions, kv.key_positions, window),
-                /*causal=*/false);
+    return sdpa(q, kv.keys, kv.values, attend_mask(kv, q_positions, window), /*causal=*/false);
   }
 #endif
-  return grouped_attention(q, kv.keys, kv.values,
-                           position_mask(q_positions, kv.key_positions, window));
+  return grouped_attention(q, kv.keys, kv.values, attend_mask(kv, q_positions, window));
 }
 
 at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
                                    const at::Tensor& q_row_positions,
                                    std::optional<int64_t> window) {
   const int64_t b = q_rows.size(0), hq = q_rows.size(1), r = q_rows.size(2);
-  at::Tensor probs = grouped_probabilities(
-      q_rows, kv.keys, position_mask(q_row_positions, kv.key_positions, window));
+  at::Tensor probs =
+      grouped_probabilities(q_rows, kv.keys, attend_mask(kv, q_row_positions, window));
   return probs.reshape({b, hq, r, kv.keys.size(2)});
 }
 
@@ -115,9 +125,8 @@ AttentionWithProbabilities attention_with_probabilities(const at::Tensor& q, con
   const int64_t hkv = kv.keys.size(1), g = hq / hkv, t = kv.keys.size(2);
   at::Tensor scores = grouped_scores(q, kv.keys, q.scalar_type() == at::kFloat) *
                       (1.0 / std::sqrt(static_cast<double>(d)));
-  scores.masked_fill_(
-      grouped_mask(position_mask(q_positions, kv.key_positions, window), g).logical_not(),
-      -std::numeric_limits<float>::infinity());
+  scores.masked_fill_(grouped_mask(attend_mask(kv, q_positions, window), g).logical_not(),
+                      -std::numeric_limits<float>::infinity());
   const at::Tensor probs = at::softmax(scores, -1, at::kFloat);  // [B, Hkv, g·S, T]
   AttentionWithProbabilities r;
   r.out = at::matmul(probs.to(kv.values.scalar_type()), kv.values).reshape({b, hq, s, d});

@@ -47,7 +47,10 @@ const at::Tensor& StaticDecodeStep::step(int64_t token, int64_t position) {
   inputs_.copy_(staged, /*non_blocking=*/true);
 
   const at::Tensor full_keys = cache_.keys(0, cache_.capacity() - cache_.max_length());
-  if (cache_.capacity() != recorded_capacity_ || full_keys.data_ptr() != recorded_storage_) {
+  const at::Tensor valid = cache_.key_valid(0);
+  const void* valid_storage = valid.defined() ? valid.data_ptr() : nullptr;
+  if (cache_.capacity() != recorded_capacity_ || full_keys.data_ptr() != recorded_storage_ ||
+      valid_storage != recorded_valid_) {
     record();
   }
   graph_.replay();
@@ -66,9 +69,13 @@ void StaticDecodeStep::record() {
   const int64_t extra = capacity - used;
   keys_.clear();
   values_.clear();
+  key_valid_.clear();
   for (int64_t l = 0; l < c.num_layers; ++l) {
     keys_.push_back(cache_.keys(l, extra).select(0, 0));
     values_.push_back(cache_.values(l, extra).select(0, 0));
+    // A ragged working set's per-head validity, read in place at every replay.
+    const at::Tensor valid = cache_.key_valid(l, extra);
+    key_valid_.push_back(valid.defined() ? valid.select(0, 0) : valid);
   }
   key_positions_ = cache_.positions(extra);
   // Attention reads every slot: unwritten ones hold whatever the allocator left, and a NaN there
@@ -82,6 +89,7 @@ void StaticDecodeStep::record() {
   graph_.capture([this] { run(); });
   recorded_capacity_ = capacity;
   recorded_storage_ = keys_[0].data_ptr();
+  recorded_valid_ = key_valid_[0].defined() ? key_valid_[0].data_ptr() : nullptr;
   ++recordings_;
 }
 
@@ -100,11 +108,22 @@ void StaticDecodeStep::run() {
   const at::Tensor key_pos = key_positions_.view({capacity});
   at::Tensor visible = key_pos.ge(0).logical_and(key_pos.le(position));
   if (c.sliding_window) visible = visible.logical_and(key_pos.gt(position - *c.sliding_window));
-  // Additive mask over the capacity, folded into the score matmul (baddbmm).
-  const at::Tensor mask_bias =
-      at::zeros({1, 1, capacity}, at::TensorOptions().dtype(dtype).device(decoder_.device()))
+  // Additive mask over the capacity, folded into the score matmul (baddbmm); per KV head when a
+  // ragged working set hides slots from some heads (as attention() does with key_valid).
+  const auto bias_options = at::TensorOptions().dtype(dtype).device(decoder_.device());
+  const auto mask_bias_of = [&](const at::Tensor& valid) {
+    if (!valid.defined()) {
+      return at::zeros({1, 1, capacity}, bias_options)
           .masked_fill_(visible.logical_not().view({1, 1, capacity}),
                         -std::numeric_limits<double>::infinity());
+    }
+    return at::zeros({hkv, 1, capacity}, bias_options)
+        .masked_fill_(visible.view({1, 1, capacity})
+                          .logical_and(valid.view({hkv, 1, capacity}))
+                          .logical_not(),
+                      -std::numeric_limits<double>::infinity());
+  };
+  const at::Tensor shared_bias = key_valid_[0].defined() ? at::Tensor() : mask_bias_of({});
   auto [cos, sin] = decoder_.rope().cos_sin(position.view({1, 1}), dtype);
   cos = cos.reshape({hd});
   sin = sin.reshape({hd});
@@ -119,6 +138,8 @@ void StaticDecodeStep::run() {
                          sin, slot, q_rot, keys_[li], values_[li]);
       // Grouped-query attention without repeating KV heads: the g query heads of a KV head are
       // rows of one matmul. Softmax in f32, as the per-layer path and transformers do.
+      const at::Tensor mask_bias =
+          shared_bias.defined() ? shared_bias : mask_bias_of(key_valid_[li]);
       const at::Tensor scores =
           at::baddbmm(mask_bias, q_rot.view({hkv, g, hd}), keys_[li].transpose(1, 2), 1.0, scale);
       const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dtype);

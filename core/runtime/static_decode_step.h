@@ -5,9 +5,10 @@
 //
 // What makes it replayable: the token id, RoPE position and write slot live in a device buffer
 // updated in place; attention runs over the cache's whole preallocated capacity, with slots
-// whose position is -1, later than the query or outside the sliding window masked; KV is
+// whose position is -1, later than the query or outside the sliding window masked (and, per KV
+// head, those a ragged working set marks invalid: KvCache::key_valid); KV is
 // written at the device slot; logits and their argmax land in static buffers. The step is
-// re-recorded when the cache's capacity (and so its storage) changes.
+// re-recorded when the cache's capacity (and so its storage) or its validity mask changes.
 //
 // It runs the same layer code as Decoder::forward (core/runtime/decoder_layer.h); only attention
 // differs (fused RoPE + KV write at the device slot, a masked matmul over the whole capacity).
@@ -53,11 +54,13 @@ class StaticDecodeStep {
   at::Tensor logits_;   // f32 [vocab]
   at::Tensor next_id_;  // int64 [] argmax of logits_
   // Full-capacity views of the cache, as recorded.
-  std::vector<at::Tensor> keys_;    // per layer [kv_heads, capacity, head_dim]
-  std::vector<at::Tensor> values_;  // per layer [kv_heads, capacity, head_dim]
-  at::Tensor key_positions_;        // [1, capacity] int64
+  std::vector<at::Tensor> keys_;       // per layer [kv_heads, capacity, head_dim]
+  std::vector<at::Tensor> values_;     // per layer [kv_heads, capacity, head_dim]
+  at::Tensor key_positions_;           // [1, capacity] int64
+  std::vector<at::Tensor> key_valid_;  // per layer [kv_heads, capacity] bool, or undefined
   int64_t recorded_capacity_ = -1;
   const void* recorded_storage_ = nullptr;
+  const void* recorded_valid_ = nullptr;
   int64_t recordings_ = 0;
 };
 

@@ -1,0 +1,424 @@
+// Ragged keep plans (issue 15: head-wise selection and layer budgets): per (layer, KV head) lists
+// of different lengths. After a ragged plan a forward attends, per head, to exactly that head's
+// kept tokens (checked against softmax attention in double over each head's own keys, a
+// prefill block, a per-layer decode step and the recorded decode step); plans whose lists are
+// equal stay bit-identical to the uniform plan and set no mask; EpiCache's joint selection keeps
+// M_l·H_kv (head, token) pairs per layer; the store restores a ragged working set.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <cmath>
+
+#include "core/engine/chat_session.h"
+#include "core/engine/conversation_store.h"
+#include "core/engine/generator.h"
+#include "core/kv/cache_kv_source.h"
+#include "core/kv/working_set.h"
+#include "core/policies/epicache_policy.h"
+#include "core/policies/full_policy.h"
+#include "core/policies/policy_registry.h"
+#include "core/runtime/decoder_layer.h"
+#include "core/runtime/static_decode_step.h"
+#include "gpu/device_timeline.h"
+#include "storage/database.h"
+#include "support/fixture_models.h"
+
+using namespace engram;
+
+namespace {
+
+KvCacheShape shape_of(const ModelConfig& c) {
+  return {c.num_layers, c.num_kv_heads, c.head_dim};
+}
+
+// Feeds `tokens` at the working set's next positions through the plain source.
+ForwardResult feed(const Decoder& d, KvWorkingSet& ws, const std::vector<int64_t>& tokens,
+                   const std::function<void(const LayerView&)>& on_layer = {}) {
+  const auto len = static_cast<int64_t>(tokens.size());
+  ForwardRequest req;
+  req.tokens = {tokens};
+  req.positions = {std::vector<int64_t>(static_cast<size_t>(len))};
+  for (int64_t i = 0; i < len; ++i)
+    req.positions[0][static_cast<size_t>(i)] = ws.next_position() + i;
+  req.all_logits = true;
+  req.on_layer = on_layer;
+  CacheKvSource source(ws.cache());
+  gpu::DeviceTimeline timeline(d.device());
+  ForwardResult r = d.forward(req, source, timeline, nullptr);
+  ws.appended(len);
+  return r;
+}
+
+// Lists of different lengths per (layer, head), in ascending slot order, from `tokens` slots.
+KeepPlan ragged_plan(int64_t layers, int64_t heads, int64_t tokens) {
+  KeepPlan plan;
+  plan.per_head.resize(static_cast<size_t>(layers));
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t stride = 2 + (l + 2 * h) % 3;  // 2, 3 or 4: lengths differ by head and layer
+      std::vector<int64_t> list;
+      for (int64_t j = (l + h) % stride; j < tokens; j += stride)
+        list.push_back(j);
+      plan.per_head[static_cast<size_t>(l)].push_back(list);
+    }
+  }
+  return plan;
+}
+
+// RoPE by `delta` positions in double (rotate-half convention), k [n, d].
+at::Tensor rotate(const at::Tensor& k, const at::Tensor& deltas, const at::Tensor& inv_freq) {
+  const int64_t half = k.size(-1) / 2;
+  const at::Tensor angles =
+      deltas.to(at::kDouble).unsqueeze(-1) * inv_freq.to(at::kDouble).unsqueeze(0);
+  const at::Tensor x1 = k.narrow(-1, 0, half), x2 = k.narrow(-1, half, half);
+  return at::cat({x1 * angles.cos() - x2 * angles.sin(), x2 * angles.cos() + x1 * angles.sin()},
+                 -1);
+}
+
+// What one head's queries should see: its kept tokens (K/V of the dense prefill, rotated from
+// slot j's position to the slot the plan puts them in) and then the fresh tokens.
+struct HeadKv {
+  at::Tensor keys;    // [n_h + S, d] double
+  at::Tensor values;  // [n_h + S, d]
+};
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+}  // namespace
+
+class RaggedPlanTest : public QObject {
+  Q_OBJECT
+
+  test::FixtureModels models_;
+  const Decoder& decoder(const std::string& name) { return models_.decoder(name); }
+
+ private Q_SLOTS:
+  void initTestCase() { models_.load({"llama-gqa", "qwen3-qknorm"}); }
+
+  // A ragged plan, then a block of S fresh tokens: each layer's attention equals softmax
+  // attention in double over exactly each head's kept tokens + the fresh ones (fed through the
+  // layer's own o_proj/MLP, compared with the next layer's input and the logits).
+  void raggedPlanAttendsEachHeadsKeptTokens_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<int>("fresh");
+    for (const char* m : {"llama-gqa", "qwen3-qknorm"})
+      for (int s : {5, 1})
+        QTest::newRow((std::string(m) + (s == 1 ? "/decode" : "/block")).c_str()) << m << s;
+  }
+  void raggedPlanAttendsEachHeadsKeptTokens() {
+    QFETCH(QString, model);
+    QFETCH(int, fresh);
+    const Decoder& d = decoder(model.toStdString());
+    const ModelConfig& c = d.config();
+    const int64_t history = 31, hkv = c.num_kv_heads, g = c.num_heads / hkv;
+    KvWorkingSet ws(shape_of(c), 64, d.dtype(), d.device(), c.max_positions);
+    feed(d, ws, test::token_ids(history, 1));
+    std::vector<at::Tensor> k0, v0;  // the dense prefill's KV: slot j at position j
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      k0.push_back(ws.cache().keys(l)[0].to(at::kDouble).clone());
+      v0.push_back(ws.cache().values(l)[0].to(at::kDouble).clone());
+    }
+    const KeepPlan plan = ragged_plan(c.num_layers, hkv, history);
+    const int64_t n = plan.kept();
+    ws.apply(plan, d.rope().inverse_frequencies());
+    QCOMPARE(ws.tokens(), n);
+    QVERIFY(ws.cache().key_valid(0).defined());
+
+    // Each list sits at the end of the n slots, after empty (-1) ones.
+    const at::Tensor slots = ws.slot_stream();
+    std::vector<std::vector<HeadKv>> want(static_cast<size_t>(c.num_layers));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      for (int64_t h = 0; h < hkv; ++h) {
+        const auto& list = plan.per_head[static_cast<size_t>(l)][static_cast<size_t>(h)];
+        const auto len = static_cast<int64_t>(list.size());
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t expect = j < n - len ? -1 : list[static_cast<size_t>(j - (n - len))];
+          QCOMPARE(slots[l][h][j].item<int64_t>(), expect);
+        }
+        const at::Tensor idx = at::tensor(list, at::kLong);
+        const at::Tensor deltas = at::arange(n - len, n, at::kLong) - idx;
+        want[l].push_back({rotate(k0[l][h].index_select(0, idx), deltas,
+                                  d.rope().inverse_frequencies().to(at::kCPU)),
+                           v0[l][h].index_select(0, idx)});
+      }
+    }
+
+    std::vector<at::Tensor> inputs, queries, keys, values;
+    KvWorkingSet decode_copy(shape_of(c), 64, d.dtype(), d.device(), c.max_positions);
+    decode_copy.assign(ws);
+    const auto tokens = test::token_ids(fresh, 2);
+    const ForwardResult r = feed(d, ws, tokens, [&](const LayerView& v) {
+      inputs.push_back(v.input.clone());
+      queries.push_back(v.q.to(at::kDouble).clone());
+      keys.push_back(v.k.to(at::kDouble).clone());
+      values.push_back(v.v.to(at::kDouble).clone());
+    });
+
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    at::Tensor logits_want;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      at::Tensor attn = at::zeros({1, c.num_heads, fresh, c.head_dim}, at::kDouble);
+      for (int64_t qh = 0; qh < c.num_heads; ++qh) {
+        const HeadKv& kept = want[l][qh / g];
+        const at::Tensor k = at::cat({kept.keys, keys[l][0][qh / g]}, 0);
+        const at::Tensor v = at::cat({kept.values, values[l][0][qh / g]}, 0);
+        const int64_t seen_before = kept.keys.size(0);
+        for (int64_t s = 0; s < fresh; ++s) {
+          const int64_t seen = seen_before + s + 1;  // causal among the fresh tokens
+          const at::Tensor p =
+              at::softmax(at::matmul(k.narrow(0, 0, seen), queries[l][0][qh][s]) * scale, 0);
+          attn[0][qh][s].copy_(at::matmul(p, v.narrow(0, 0, seen)));
+        }
+      }
+      const at::Tensor out =
+          finish_layer(c, d.weights().layers[l], inputs[l], attn.to(inputs[l].scalar_type()));
+      if (l + 1 < c.num_layers) {
+        const double diff = max_diff(out, inputs[l + 1]);
+        QVERIFY2(diff < 1e-4, qPrintable(QString("layer %1: %2").arg(l).arg(diff)));
+      } else {
+        logits_want = decoder_logits(c, d.weights(), out);
+      }
+    }
+    const double diff = max_diff(r.logits.view({fresh, -1}), logits_want.view({fresh, -1}));
+    QVERIFY2(diff < 1e-3, qPrintable(QString("logits: %1").arg(diff)));
+
+    // The recorded decode step (the CUDA graph path; run directly on the CPU) reads the same
+    // validity: equal to the per-layer path on the copy of the ragged working set.
+    if (fresh == 1) {
+      StaticDecodeStep step(d, decode_copy.cache());
+      const at::Tensor got = step.step(tokens[0], decode_copy.next_position());
+      const double step_diff = max_diff(got, r.logits.view({-1}));
+      QVERIFY2(step_diff < 1e-4, qPrintable(QString("recorded step: %1").arg(step_diff)));
+    }
+  }
+
+  // A plan whose per-head lists are all equal is today's uniform plan: the same logits bit for
+  // bit through a block and decode, and no validity mask (attention keeps its fast paths).
+  void equalListsMatchTheUniformPlanBitForBit() {
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    std::vector<int64_t> kept;
+    for (int64_t j = 0; j < 40; j += 3)
+      kept.push_back(j);
+    KeepPlan shared;
+    shared.shared = kept;
+    KeepPlan equal;
+    equal.per_head.assign(
+        static_cast<size_t>(c.num_layers),
+        std::vector<std::vector<int64_t>>(static_cast<size_t>(c.num_kv_heads), kept));
+    std::vector<at::Tensor> logits[2];
+    for (int which = 0; which < 2; ++which) {
+      KvWorkingSet ws(shape_of(c), 64, d.dtype(), d.device(), c.max_positions);
+      feed(d, ws, test::token_ids(40, 3));
+      ws.apply(which == 0 ? shared : equal, d.rope().inverse_frequencies());
+      QVERIFY(!ws.cache().key_valid(0).defined());
+      logits[which].push_back(feed(d, ws, test::token_ids(6, 4)).logits);
+      logits[which].push_back(feed(d, ws, {17}).logits);
+      StaticDecodeStep step(d, ws.cache());
+      logits[which].push_back(step.step(18, ws.next_position()).clone());
+    }
+    for (size_t i = 0; i < logits[0].size(); ++i)
+      QVERIFY(at::equal(logits[0][i], logits[1][i]));
+  }
+
+  // Empty slots hold no token for attention_share() and a later plan; truncate() still cuts the
+  // verbatim tail, which sits at the same slots in every head.
+  void emptySlotsHoldNoToken() {
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    KvWorkingSet ws(shape_of(c), 64, d.dtype(), d.device(), c.max_positions);
+    feed(d, ws, test::token_ids(20, 5));
+    KeepPlan plan;
+    plan.per_head.resize(static_cast<size_t>(c.num_layers));
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      plan.per_head[l].push_back({0, 1, 2, 3, 18, 19});
+      for (int64_t h = 1; h < c.num_kv_heads; ++h)
+        plan.per_head[l].push_back({5, 18, 19});
+    }
+    ws.apply(plan, d.rope().inverse_frequencies());
+    QCOMPARE(ws.tokens(), int64_t{6});
+    QCOMPARE(ws.exact_slot(), int64_t{4});  // slots 4, 5 hold stream tokens 18, 19 in every head
+    const std::vector<float> share = ws.attention_share();
+    const float heads = static_cast<float>(c.num_kv_heads);
+    QCOMPARE(share[0], 1.0f / heads);
+    QCOMPARE(share[5], (heads - 1.0f) / heads);
+    QCOMPARE(share[4], 0.0f);
+    QCOMPARE(share[19], 1.0f);
+    feed(d, ws, {7, 8});
+    QVERIFY(ws.truncate(21));
+    QCOMPARE(ws.tokens(), int64_t{7});
+    // A uniform plan over a ragged set keeps the empty slots empty (and hidden).
+    KeepPlan uniform;
+    uniform.shared = {0, 1, 4, 5, 6};
+    ws.apply(uniform, d.rope().inverse_frequencies());
+    const at::Tensor slots = ws.slot_stream();
+    QCOMPARE(slots[0][1][0].item<int64_t>(), int64_t{-1});
+    QCOMPARE(slots[0][0][0].item<int64_t>(), int64_t{0});
+    QVERIFY(ws.cache().key_valid(0).defined());
+    QVERIFY(!ws.cache().key_valid(0)[0][1][0].item<bool>());
+    // A plan that fills every slot frees the mask.
+    KeepPlan filled;
+    filled.shared = {2, 3, 4};
+    ws.apply(filled, d.rope().inverse_frequencies());
+    QVERIFY(!ws.cache().key_valid(0).defined());
+  }
+
+  // per_head=2 (Ada-KV): after a prefill past the budget each layer keeps exactly M_l·H_kv
+  // (head, token) pairs, and with M_l below the budget (the slots) heads keep different numbers,
+  // none more than the budget; the peak stays under budget + block + |patch|; decode through the
+  // budget still runs. Without layer budgets every head fills the budget: per_head=1's plan.
+  void jointSelectionKeepsTheLayerBudget_data() {
+    QTest::addColumn<bool>("layer_budgets");
+    QTest::newRow("uniform M") << false;
+    QTest::newRow("layers=") << true;
+  }
+  void jointSelectionKeepsTheLayerBudget() {
+    QFETCH(bool, layer_budgets);
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    const int64_t budget = 48, block = 16, patch = 9;
+    // Whole blocks, and M_0 + block past the budget: the last block ends with a shrink (the
+    // runner shrinks only when the slots pass the budget; until then a layer below its budget
+    // also holds the fresh tokens).
+    const auto prompt = test::token_ids(13 * block, 7);
+    std::vector<int64_t> m(static_cast<size_t>(c.num_layers), budget);
+    if (layer_budgets) m = {40, 20};
+    at::Tensor slots[2];
+    for (const int64_t per_head : {1, 2}) {
+      EpiCacheOptions o;
+      o.per_head = per_head;
+      o.tail = 8;
+      EpiCachePolicy policy(o);
+      policy.set_budget(budget);
+      policy.set_patch(test::token_ids(patch, 6));
+      if (layer_budgets) policy.set_layer_budgets(m);
+      KvWorkingSet ws(shape_of(c), budget + block + patch, d.dtype(), d.device(), c.max_positions);
+      gpu::DeviceTimeline timeline(d.device());
+      policy.begin_request(ws.info());
+      ws.reset_peak();
+      prefill(d, policy, ws, prompt, block, timeline, nullptr);
+      QVERIFY(ws.peak_tokens() <= budget + block + patch);
+      QVERIFY(ws.tokens() <= budget);
+      slots[per_head - 1] = ws.slot_stream();
+      if (per_head == 1) continue;
+      const at::Tensor held = ws.slot_stream().ge(0);  // [L, H, n]
+      bool differ = false;
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        QCOMPARE(held[l].sum().item<int64_t>(), m[l] * c.num_kv_heads);
+        const at::Tensor per_head_count = held[l].sum(1);
+        differ =
+            differ || per_head_count.max().item<int64_t>() != per_head_count.min().item<int64_t>();
+        QVERIFY(per_head_count.max().item<int64_t>() <= budget);
+      }
+      QCOMPARE(differ, layer_budgets);
+      // Every kept token is a distinct stream token per head, the last one included.
+      const at::Tensor s = ws.slot_stream();
+      for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+        const at::Tensor list = s[0][h].index({s[0][h].ge(0)});
+        QCOMPARE(std::get<0>(at::_unique(list)).numel(), list.numel());
+        QCOMPARE(list[-1].item<int64_t>(), static_cast<int64_t>(prompt.size()) - 1);
+      }
+      // Decode past the budget (shrinks at decode scale the layer budgets).
+      GenerationOptions options;
+      options.max_new_tokens = 40;
+      options.stop_at_eos = false;
+      options.sampling.temperature = 0;
+      const GenerationResult r = generate(d, policy, ws, prompt, {11, 12}, options, nullptr);
+      QCOMPARE(static_cast<int64_t>(r.tokens.size()), int64_t{40});
+      QVERIFY(r.peak_kv_tokens <= budget + block + patch);
+    }
+    if (!layer_budgets) QVERIFY(at::equal(slots[0], slots[1]));
+  }
+
+  // A budget above the history evicts nothing: per_head=2 decodes full KV's tokens.
+  void jointSelectionAboveTheHistoryEqualsFull() {
+    const Decoder& d = decoder("qwen3-qknorm");
+    const ModelConfig& c = d.config();
+    const auto prompt = test::token_ids(70, 8);
+    GenerationOptions options;
+    options.max_new_tokens = 12;
+    options.stop_at_eos = false;
+    options.prefill_chunk = 16;
+    options.sampling.temperature = 0;
+    FullPolicy full;
+    KvWorkingSet full_ws(shape_of(c), 0, d.dtype(), d.device(), c.max_positions);
+    const GenerationResult want = generate(d, full, full_ws, {}, prompt, options, nullptr);
+    auto policy = make_policy("epicache:per_head=2,layers=200,150");
+    policy->set_budget(200);
+    KvWorkingSet ws(shape_of(c), 200 + 16, d.dtype(), d.device(), c.max_positions);
+    const GenerationResult got = generate(d, *policy, ws, {}, prompt, options, nullptr);
+    QCOMPARE(got.tokens, want.tokens);
+    QCOMPARE(got.evicted_tokens, int64_t{0});
+  }
+
+  // The store keeps a ragged working set's empty slots (-1 in the manifest) and restores them
+  // empty: same slots, same validity, same logits for the next tokens.
+  void storeRestoresARaggedWorkingSet() {
+    LoadedModel model =
+        load_model({test::fixture_model("llama-gqa"), "", 0}, choose_device("cpu", "f32"), {});
+    const Decoder& d = *model.decoder;
+    QTemporaryDir profile;
+    ChatSession original(model);
+    original.keep_for_store(true);  // what a plan drops is captured for the store first
+    GenerationOptions options;
+    options.max_new_tokens = 6;
+    options.stop_at_eos = false;
+    original.reply("Tell me about rivers and the sea.", options, {});
+    KvWorkingSet& ws = original.working_set();
+    const KeepPlan plan = ragged_plan(d.config().num_layers, d.config().num_kv_heads, ws.tokens());
+    ws.apply(plan, d.rope().inverse_frequencies());
+    {
+      storage::Database db(profile.path().toStdString());
+      ConversationStore(db).save("ragged", original);
+    }
+    ChatSession restored(model);
+    {
+      storage::Database db(profile.path().toStdString());
+      const auto r = ConversationStore(db).restore("ragged", restored);
+      QVERIFY(r.has_value());
+      QVERIFY2(r->kv_restored, r->rebuild_reason.c_str());
+    }
+    const KvWorkingSet& back = restored.working_set();
+    QVERIFY(at::equal(back.slot_stream(), ws.slot_stream()));
+    QVERIFY(back.cache().key_valid(0).defined());
+    for (int64_t l = 0; l < d.config().num_layers; ++l)
+      QVERIFY(at::equal(back.cache().key_valid(l), ws.cache().key_valid(l)));
+    KvWorkingSet a(shape_of(d.config()), 0, d.dtype(), d.device(), d.config().max_positions);
+    KvWorkingSet b(shape_of(d.config()), 0, d.dtype(), d.device(), d.config().max_positions);
+    a.assign(ws);
+    b.assign(back);
+    const auto next = test::token_ids(4, 9);
+    const double diff = max_diff(feed(d, a, next).logits, feed(d, b, next).logits);
+    QVERIFY2(diff < 1e-4, qPrintable(QString("logits after restore: %1").arg(diff)));
+  }
+
+  void registryReadsPerHeadAndLayerBudgets() {
+    auto p = make_policy("epicache:per_head=2,layers=400,600,500,patch=2");
+    auto* e = dynamic_cast<EpiCachePolicy*>(p.get());
+    QVERIFY(e);
+    QCOMPARE(e->options().per_head, int64_t{2});
+    QCOMPARE(e->options().patch, PatchKind::kSnapKv);
+    QCOMPARE(e->layer_budgets(), (std::vector<int64_t>{400, 600, 500}));
+    QCOMPARE(p->spec(), std::string("epicache:patch=2,per_head=2,layers=400,600,500"));
+    QCOMPARE(make_policy(p->spec())->spec(), p->spec());
+    QCOMPARE(make_policy("epicache:layers=7")->spec(), std::string("epicache:layers=7"));
+    QVERIFY_EXCEPTION_THROWN(make_policy("epicache:per_head=3"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("epicache:layers=4,x"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("epicache:layers="), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("snapkv:layers=4"), std::invalid_argument);
+    // Budgets for another number of layers: a clear error at the first shrink.
+    EpiCachePolicy wrong;
+    wrong.set_budget(8);
+    wrong.set_layer_budgets({8, 8, 8});
+    WorkingSetInfo info;
+    info.tokens = 12;
+    info.layers = 2;
+    info.kv_heads = 2;
+    QVERIFY_EXCEPTION_THROWN(wrong.shrink(info, 8), std::invalid_argument);
+  }
+};
+
+QTEST_GUILESS_MAIN(RaggedPlanTest)
+#include "test_ragged_plan.moc"
