@@ -9,3 +9,7 @@ engram_add_test(test_long_chat SOURCES test_long_chat.cpp LIBS engram_env engram
                 TIMEOUT 1200)
 set_target_properties(test_long_chat_obj PROPERTIES AUTOMOC ON)
 add_dependencies(test_long_chat engram-cli)
+# EpiCache in a chat (issue 15): the episode router, routed turns with write-back, the store.
+engram_add_test(test_chat_episodes SOURCES test_chat_episodes.cpp LIBS engram_env engram_storage
+                TORCH TIMEOUT 900)
+set_target_properties(test_chat_episodes_obj PROPERTIES AUTOMOC ON)

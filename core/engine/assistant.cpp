@@ -227,6 +227,7 @@ struct Assistant::State {
         "answer and saved again.";
     switch (r.rebuild_cause) {
       case KvRebuildCause::kNone:
+      case KvRebuildCause::kEpisodic:  // not a fault: episodes rebuild their caches when routed
         return {};
       case KvRebuildCause::kDamaged:
         return "The saved memory (KV cache) of \u201c" + name +

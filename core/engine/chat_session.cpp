@@ -1,10 +1,14 @@
 #include "core/engine/chat_session.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
 #include "core/model/model_error.h"
+#include "core/policies/epicache_policy.h"
 #include "core/policies/policy_registry.h"
+#include "core/policies/text_embedding.h"
 #include "core/tokenizer/stop_strings.h"
 #include "core/tokenizer/token_stream.h"
 #include "gpu/device_timeline.h"
@@ -24,6 +28,21 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyCh
   ws_ = std::make_unique<KvWorkingSet>(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim},
                                        capacity, model.decoder->dtype(), model.decoder->device(),
                                        c.max_positions);
+  // Episodic caches for the episode variant of epicache under a budget (the others score with
+  // one patch or none and keep one cache).
+  const auto* epi = dynamic_cast<const EpiCachePolicy*>(policy_.get());
+  if (epi && epi->options().patch == PatchKind::kEpisode && policy_->budget() > 0) {
+    const EpiCacheOptions& o = epi->options();
+    EpisodeRouterOptions ro;
+    ro.episodes = static_cast<int32_t>(o.episodes);
+    ro.w_embed = static_cast<size_t>(o.w_embed);
+    ro.tau = static_cast<double>(o.tau_percent) / 100.0;
+    ro.max_episodes = static_cast<int32_t>(o.max_episodes);
+    ro.centre = o.centre;
+    ro.rebuild_tokens = o.rebuild_tokens > 0 ? o.rebuild_tokens : policy_->budget() + block;
+    router_ = std::make_unique<EpisodeRouter>(ro);
+    base_policy_ = policy_->clone();
+  }
 }
 
 void ChatSession::set_history(std::vector<ChatMessage> messages) {
@@ -31,7 +50,9 @@ void ChatSession::set_history(std::vector<ChatMessage> messages) {
 }
 
 void ChatSession::keep_for_store(bool keep) {
-  ws_->set_capture(keep);
+  // Episodic caches take turns in the working set, so no single stream of KV runs describes
+  // them: the store keeps their episodes and rebuilds the routed cache from the text.
+  ws_->set_capture(keep && !router_);
 }
 
 void ChatSession::adopt_working_set(const KvCache& cache, const at::Tensor& slot_stream,
@@ -77,6 +98,8 @@ size_t ChatSession::sync_prefix(const std::vector<int64_t>& ids, size_t keep_las
 
 int64_t ChatSession::prefill_history(int64_t chunk) {
   if (messages_.empty()) return 0;
+  // Episodes are built when a turn is routed to them (the first reply builds what it needs).
+  if (router_ && router_->clustered()) return 0;
   const std::vector<int32_t> rendered =
       model_.chat_template->encode(*model_.tokenizer, messages_, /*add_generation_prompt=*/false);
   const std::vector<int64_t> ids(rendered.begin(), rendered.end());
@@ -121,10 +144,141 @@ ChatReply ChatSession::regenerate(const GenerationOptions& options,
   }
 }
 
+std::unique_ptr<MemoryPolicy> ChatSession::episode_policy(const std::string& patch_source) const {
+  auto policy = base_policy_->clone();
+  static_cast<EpiCachePolicy&>(*policy).set_patch({});
+  // The patch is forwarded beside a prefill block in the fixed working set: a long window is
+  // cut (at a character count, re-encoded) to a quarter of a block.
+  const int64_t most = session_prefill_block(model_.config.max_positions) / 4;
+  std::string source = patch_source;
+  std::vector<int64_t> ids;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    ids.clear();
+    for (int32_t id : model_.tokenizer->encode(EpiCachePolicy::episode_patch_text(source)))
+      ids.push_back(id);
+    if (static_cast<int64_t>(ids.size()) <= most || source.empty()) break;
+    source.resize(source.size() * static_cast<size_t>(most) / ids.size() * 9 / 10);
+  }
+  static_cast<EpiCachePolicy&>(*policy).set_patch(std::move(ids));
+  return policy;
+}
+
+void ChatSession::set_episode_patch(int32_t episode, const std::string& patch_source) {
+  auto fresh = episode_policy(patch_source);
+  std::unique_ptr<MemoryPolicy>& target =
+      episode == active_episode_ ? policy_ : episode_caches_[episode].policy;
+  static_cast<EpiCachePolicy&>(*target).set_patch(
+      static_cast<EpiCachePolicy&>(*fresh).patch_tokens());
+}
+
+void ChatSession::switch_episode(int32_t episode) {
+  if (episode == active_episode_) return;
+  if (active_episode_ >= 0) {  // write back the active episode's cache
+    EpisodeCache& out = episode_caches_[active_episode_];
+    if (cached_ids_.empty()) {
+      out.ws.reset();
+    } else {
+      if (!out.ws) {
+        out.ws = std::make_unique<KvWorkingSet>(ws_->cache().shape(), ws_->cache().capacity(),
+                                                ws_->cache().dtype(), at::Device(at::kCPU),
+                                                model_.config.max_positions);
+      }
+      out.ws->assign(*ws_);
+    }
+    out.ids = cached_ids_;
+    out.policy = std::move(policy_);
+  }
+  EpisodeCache& in = episode_caches_[episode];
+  policy_ = std::move(in.policy);
+  if (in.ws) {
+    ws_->assign(*in.ws);
+    cached_ids_ = in.ids;
+  } else {
+    ws_->clear();
+    cached_ids_.clear();
+  }
+  active_episode_ = episode;
+}
+
+EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
+  if (messages_.empty() || messages_.back().role != "user") return {};
+  std::vector<std::string> lines;
+  for (size_t i = 0; i + 1 < messages_.size(); ++i) {
+    if (messages_[i].role != "system")
+      lines.push_back(EpisodeRouter::utterance_line(messages_[i].role, messages_[i].content));
+  }
+  const std::string query = EpisodeRouter::utterance_line("user", messages_.back().content);
+  const auto embed = [this](const std::string& text) {
+    return embed_text(*model_.decoder, *model_.tokenizer, text);
+  };
+  EpisodeRoute route = router_->route(lines, query, prompt_tokens > policy_->budget(), embed);
+  if (route.episode < 0) {
+    if (active_episode_ >= 0) {  // the history was replaced below what was clustered
+      episode_caches_.clear();
+      active_episode_ = -1;
+      policy_ = base_policy_->clone();
+      ws_->clear();
+      cached_ids_.clear();
+    }
+    return route;
+  }
+  const std::vector<ChatEpisode>& episodes = router_->episodes();
+  if (route.clustered) {  // every episode starts unbuilt; the single cache is dropped
+    if (active_episode_ >= 0) policy_ = base_policy_->clone();
+    episode_caches_.clear();
+    active_episode_ = -1;
+  }
+  // Episodes without a cache yet (just clustered, or restored from the store) start unbuilt.
+  const size_t known = episodes.size() - (route.created ? 1 : 0);
+  while (episode_caches_.size() < known) {
+    episode_caches_.push_back(
+        {episode_policy(episodes[episode_caches_.size()].patch_source), nullptr, {}});
+  }
+  if (route.created) {
+    // A new topic starts from the nearest episode's cache (the paper starts from the turn alone;
+    // Engram keeps what that cache remembers) and takes the turn as its patch.
+    EpisodeCache fresh{episode_policy(episodes.back().patch_source), nullptr, {}};
+    const auto nearest = static_cast<int32_t>(
+        std::max_element(route.cosines.begin(), route.cosines.end()) - route.cosines.begin());
+    const KvWorkingSet* from =
+        nearest == active_episode_ ? ws_.get() : episode_caches_[nearest].ws.get();
+    if (from && from->stream_tokens() > 0) {
+      fresh.ws = std::make_unique<KvWorkingSet>(ws_->cache().shape(), ws_->cache().capacity(),
+                                                ws_->cache().dtype(), at::Device(at::kCPU),
+                                                model_.config.max_positions);
+      fresh.ws->assign(*from);
+      fresh.ids = nearest == active_episode_ ? cached_ids_ : episode_caches_[nearest].ids;
+    }
+    episode_caches_.push_back(std::move(fresh));
+  }
+  for (int32_t e : route.patch_changed)
+    set_episode_patch(e, episodes[e].patch_source);
+  switch_episode(route.episode);
+  if (route.rebuild) {
+    ws_->clear();
+    cached_ids_.clear();
+  }
+  return route;
+}
+
 std::string ChatSession::memory_note(const ChatReply& reply) const {
-  if (reply.evicted_tokens == 0 && !reply.rebuilt) return {};
-  std::string note =
-      "memory (" + policy_->spec() + ", budget " + std::to_string(policy_->budget()) + "): ";
+  std::string episode;
+  if (reply.route.episode >= 0) {
+    char cos[32];
+    const double best = reply.route.cosines.empty() ? 0.0
+                                                    : *std::max_element(reply.route.cosines.begin(),
+                                                                        reply.route.cosines.end());
+    std::snprintf(cos, sizeof cos, "%.2f", best);
+    episode = "episode " + std::to_string(reply.route.episode + 1) + " of " +
+              std::to_string(reply.episodes) + " (best cosine " + cos + ")";
+    if (reply.route.clustered) episode += ", history clustered into episodes";
+    if (reply.route.created) episode += ", a new episode for this topic";
+    if (reply.route.rebuild) episode += ", re-clustered and rebuilt";
+    episode += "; ";
+  }
+  if (reply.evicted_tokens == 0 && !reply.rebuilt && episode.empty()) return {};
+  std::string note = "memory (" + policy_->spec() + ", budget " +
+                     std::to_string(policy_->budget()) + "): " + episode;
   if (reply.rebuilt) note += "rebuilt from the text; ";
   if (reply.evicted_tokens > 0)
     note += std::to_string(reply.evicted_tokens) + " tokens moved out of attention; ";
@@ -141,6 +295,12 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   const std::vector<int64_t> prompt(rendered.begin(), rendered.end());
 
   ChatReply reply;
+  if (router_) {
+    reply.route = route_turn(static_cast<int64_t>(prompt.size()));
+    reply.episodes = static_cast<int64_t>(router_->episodes().size());
+  }
+  // An episode whose cache starts empty is built by this turn (block prefill of the history).
+  const bool building = reply.route.episode >= 0 && cached_ids_.empty();
   // Reuse the cached prefix; at least one token must be computed to get logits.
   const size_t common = sync_prefix(prompt, 1, &reply.rebuilt);
 
@@ -190,6 +350,12 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   cached_ids_.insert(cached_ids_.end(), reply.generation.tokens.begin(),
                      reply.generation.tokens.begin() + std::max<int64_t>(0, fed));
   messages_.push_back({"assistant", reply.text});
+  if (reply.route.episode >= 0) {
+    if (building || reply.rebuilt)
+      router_->built(reply.route.episode);
+    else
+      router_->fed(reply.route.episode, ws_->stream_tokens() - static_cast<int64_t>(common));
+  }
   reply.evicted_tokens = reply.generation.evicted_tokens;
   reply.attention_tokens = ws_->tokens();
   reply.stream_tokens = ws_->stream_tokens();

@@ -6,6 +6,17 @@
 // compacted rebuilds the working set from the text. Replies stream as text that never splits a
 // UTF-8 character or shows a partial stop string; the template's reply delimiters (engram's
 // quotes) are neither shown nor kept.
+//
+// Under `epicache` the session keeps episodic caches (EpiCache online; DESIGN.md "EpiCache"):
+// while the conversation fits the budget there is one cache; once it outgrows it the utterances
+// are clustered into episodes (core/policies/episode_router.h), each with its own working set
+// built by block prefill eviction guided by its medoid's patch, and each user turn is routed to
+// the nearest episode. Only the routed episode's cache sits in the session's working set (its
+// fixed addresses serve the graph step); the others wait in host memory. An episode's stream is
+// always a prefix of the rendered conversation: a routed episode first takes in, under its
+// patch and the budget, whatever was said since it was last used, then the turn (write-back).
+// A query below τ creates an episode (a copy of the routed cache with the turn as its patch);
+// an episode fed more than budget + block since its build re-clusters and is rebuilt.
 #pragma once
 
 #include <atomic>
@@ -17,6 +28,7 @@
 #include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
 #include "core/kv/working_set.h"
+#include "core/policies/episode_router.h"
 #include "core/policies/memory_policy.h"
 
 namespace engram {
@@ -36,6 +48,8 @@ struct ChatReply {
   int64_t stream_tokens = 0;     // tokens of the whole conversation so far
   bool rebuilt = false;          // the working set was rebuilt from the text
   std::string memory_note;       // one line on what moved out of attention; empty when nothing
+  EpisodeRoute route;            // epicache: where the turn went (episode -1: no episodes yet)
+  int64_t episodes = 0;          // epicache: episodes after the turn
 };
 
 class ChatSession {
@@ -68,6 +82,11 @@ class ChatSession {
   const std::vector<int64_t>& cached_ids() const { return cached_ids_; }
   const LoadedModel& model() const { return model_; }
 
+  // EpiCache's episodes (null for every other policy); the store persists them.
+  const EpisodeRouter* episodes() const { return router_.get(); }
+  EpisodeRouter* episodes() { return router_.get(); }
+  int32_t active_episode() const { return active_episode_; }
+
   // Keeps the KV of tokens that leave attention until a store takes it (append-only persistence;
   // ConversationStore turns it on). Off by default: without a store nothing is kept.
   void keep_for_store(bool keep);
@@ -91,6 +110,19 @@ class ChatSession {
   // compute); rebuilds from scratch when the cut falls inside compacted KV. Returns the kept count.
   size_t sync_prefix(const std::vector<int64_t>& ids, size_t keep_last, bool* rebuilt);
   std::string memory_note(const ChatReply& reply) const;
+  // EpiCache: routes the turn (the last message, from the user) and installs the routed
+  // episode's cache, policy and stream; `prompt_tokens` is the rendered conversation's length.
+  EpisodeRoute route_turn(int64_t prompt_tokens);
+  void switch_episode(int32_t episode);
+  std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;
+  void set_episode_patch(int32_t episode, const std::string& patch_source);
+
+  // An episode's cache while another one is active (its policy holds its patch and scores).
+  struct EpisodeCache {
+    std::unique_ptr<MemoryPolicy> policy;
+    std::unique_ptr<KvWorkingSet> ws;  // null: not built yet (the next route builds it)
+    std::vector<int64_t> ids;
+  };
 
   LoadedModel& model_;
   std::vector<ChatMessage> messages_;
@@ -99,6 +131,10 @@ class ChatSession {
   std::string policy_note_;
   std::unique_ptr<KvWorkingSet> ws_;
   std::vector<int64_t> cached_ids_;  // the stream
+  std::unique_ptr<EpisodeRouter> router_;
+  std::unique_ptr<MemoryPolicy> base_policy_;  // epicache without a patch: new episodes clone it
+  std::vector<EpisodeCache> episode_caches_;   // the active one's members live in the fields above
+  int32_t active_episode_ = -1;
 };
 
 }  // namespace engram

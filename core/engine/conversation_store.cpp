@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/engine/episode_store.h"
 #include "core/log.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
@@ -348,9 +349,18 @@ int64_t ConversationStore::save(const std::string& name, ChatSession& session) {
     conversations.append(id, std::move(u));
   }
 
-  // KV: append-only runs (only what the store lacks), then the working set's manifest.
+  // KV: append-only runs (only what the store lacks), then the working set's manifest. EpiCache's
+  // episodes are stored instead (their caches are rebuilt from the text, episode_store.h).
   session.keep_for_store(true);
-  const int64_t stored_end = save_runs(blobs, id, session);
+  int64_t stored_end = -1;
+  if (const EpisodeRouter* episodes = session.episodes()) {
+    for (const char* kind : {kRunKind, kRunIdsKind, kManifestKind, kKvKind, kIdsKind})
+      for (const auto& r : list_kind(blobs, id, kind))
+        blobs.remove(r.key);
+    save_episodes(db_, id, *episodes, model.fingerprint);
+  } else {
+    stored_end = save_runs(blobs, id, session);
+  }
   conversations.set_memory_policy(id, session.policy().spec(), session.policy_choice().kv_budget);
   transaction.commit();
   if (stored_end >= 0) session.working_set().mark_stored(stored_end);
@@ -373,6 +383,9 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
 
   const LoadedModel& model = session.model();
   session.keep_for_store(true);  // later turns append what leaves attention
+  if (EpisodeRouter* episodes = session.episodes()) {
+    out.episodes_restored = restore_episodes(db_, conversation->id, *episodes, model.fingerprint);
+  }
   const KvCacheShape shape = session.cache().shape();
   const at::ScalarType dtype = session.cache().dtype();
   const at::Device device = session.cache().device();
@@ -446,6 +459,15 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
     out.rebuild_cause = KvRebuildCause::kLayout;
   }
   if (out.open_ms == 0) out.open_ms = ms_since(t_open);
+  if (!out.kv_restored && session.episodes()) {
+    out.rebuild_cause = KvRebuildCause::kEpisodic;
+    out.rebuild_reason =
+        out.episodes_restored
+            ? std::to_string(session.episodes()->episodes().size()) +
+                  " EpiCache episodes restored; a turn's episode cache is rebuilt from the text "
+                  "when it is first routed to"
+            : "no EpiCache episodes stored yet";
+  }
   if (!out.kv_restored) {
     log::info("conversation '" + name + "': " + out.rebuild_reason + "; rebuilding from text");
     if (rebuild) {

@@ -40,6 +40,7 @@ enum class KvRebuildCause : uint8_t {
   kOtherModel,  // BlobStale: made by another model
   kDamaged,     // BlobCorrupt: missing, truncated or failing its checksum
   kLayout,      // dtype or shape differ from the session's cache
+  kEpisodic,    // EpiCache: episodes are stored, their caches are rebuilt when routed to
 };
 
 struct ConversationRestore {
@@ -54,6 +55,7 @@ struct ConversationRestore {
   double open_ms = 0;         // reading rows and the blob files (checksums included)
   double install_ms = 0;      // staging buffer -> the session's KvCache
   double rebuild_ms = 0;
+  bool episodes_restored = false;  // epicache: the episodes came back (their caches are rebuilt)
 };
 
 // A conversation's stored KV as the blob index describes it; no file is read, so a UI can show

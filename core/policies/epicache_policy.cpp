@@ -31,6 +31,9 @@ std::string EpiCachePolicy::spec() const {
   add("per_head", options_.per_head, d.per_head);
   add("embed", options_.lexical, d.lexical);
   add("centre", options_.centre, d.centre);
+  add("tau", options_.tau_percent, d.tau_percent);
+  add("max_episodes", options_.max_episodes, d.max_episodes);
+  add("rebuild", options_.rebuild_tokens, d.rebuild_tokens);
   if (!layer_budgets_.empty()) {  // last: the list's commas read up to the next key=value
     out += (out.empty() ? "" : ",") + std::string("layers=");
     for (size_t l = 0; l < layer_budgets_.size(); ++l)

@@ -52,6 +52,10 @@ struct EpiCacheOptions {
   int64_t per_head = 1;  // 0 per layer, 1 per KV head (uniform), 2 joint over the layer's heads
   bool lexical = false;  // embed=1: the caller embeds with LexicalEmbedder, not the model
   bool centre = true;    // the caller centres the embeddings on the conversation's mean window
+  // Chat-time episodes (core/policies/episode_router.h, read by ChatSession):
+  int64_t tau_percent = 0;     // a new episode when the best cosine < tau_percent / 100
+  int64_t max_episodes = 8;    // no new episode beyond this many
+  int64_t rebuild_tokens = 0;  // re-cluster + rebuild an episode fed more; 0 = budget + block
 };
 
 class EpiCachePolicy : public MemoryPolicy {

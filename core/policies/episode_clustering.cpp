@@ -86,6 +86,32 @@ double lloyd(const std::vector<Embedding>& x, std::vector<Embedding>& centres,
   return inertia;
 }
 
+// Unit centroids and each episode's medoid: its window with the highest cosine to the centroid.
+void finish_clustering(const std::vector<Embedding>& x, EpisodeClustering& c) {
+  for (Embedding& centroid : c.centroids)
+    normalize(centroid);
+  c.medoids.assign(c.centroids.size(), kNoMedoid);
+  std::vector<double> medoid_cos(c.centroids.size(), -2);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const int32_t e = c.assignment[i];
+    const double cos = cosine(x[i], c.centroids[e]);
+    if (cos > medoid_cos[e]) {
+      medoid_cos[e] = cos;
+      c.medoids[e] = i;
+    }
+  }
+}
+
+std::vector<Embedding> normalized_copy(const std::vector<Embedding>& embeddings) {
+  std::vector<Embedding> x = embeddings;
+  for (Embedding& v : x) {
+    if (v.size() != x.front().size())
+      throw std::invalid_argument("cluster_episodes: embeddings differ in dimension");
+    normalize(v);
+  }
+  return x;
+}
+
 }  // namespace
 
 std::vector<UtteranceWindow> utterance_windows(size_t first, size_t last, size_t w_embed) {
@@ -151,12 +177,7 @@ EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
                                    const ClusteringOptions& options) {
   if (embeddings.empty()) throw std::invalid_argument("cluster_episodes: no windows");
   if (options.episodes < 1) throw std::invalid_argument("cluster_episodes: episodes must be >= 1");
-  std::vector<Embedding> x = embeddings;
-  for (Embedding& v : x) {
-    if (v.size() != x.front().size())
-      throw std::invalid_argument("cluster_episodes: embeddings differ in dimension");
-    normalize(v);
-  }
+  const std::vector<Embedding> x = normalized_copy(embeddings);
   const size_t k = std::min(static_cast<size_t>(options.episodes), x.size());
   std::mt19937_64 rng(options.seed);
   EpisodeClustering best;
@@ -182,19 +203,24 @@ EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
     }
     a = renumber[a];
   }
-  best.medoids.assign(best.centroids.size(), 0);
-  std::vector<double> medoid_cos(best.centroids.size(), -2);
-  for (Embedding& c : best.centroids)
-    normalize(c);
-  for (size_t i = 0; i < x.size(); ++i) {
-    const int32_t e = best.assignment[i];
-    const double c = cosine(x[i], best.centroids[e]);
-    if (c > medoid_cos[e]) {
-      medoid_cos[e] = c;
-      best.medoids[e] = i;
-    }
-  }
+  finish_clustering(x, best);
   return best;
+}
+
+EpisodeClustering refine_episodes(const std::vector<Embedding>& embeddings,
+                                  std::vector<Embedding> centroids, int32_t iterations) {
+  if (embeddings.empty()) throw std::invalid_argument("refine_episodes: no windows");
+  if (centroids.empty()) throw std::invalid_argument("refine_episodes: no episodes");
+  const std::vector<Embedding> x = normalized_copy(embeddings);
+  for (const Embedding& c : centroids) {
+    if (c.size() != x.front().size())
+      throw std::invalid_argument("refine_episodes: a centroid differs in dimension");
+  }
+  EpisodeClustering out;
+  out.inertia = lloyd(x, centroids, out.assignment, std::max(1, iterations));
+  out.centroids = std::move(centroids);
+  finish_clustering(x, out);
+  return out;
 }
 
 }  // namespace engram

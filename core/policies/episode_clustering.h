@@ -46,6 +46,13 @@ struct ClusteringOptions {
 EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
                                    const ClusteringOptions& options = {});
 
+// Lloyd iterations from existing `centroids` (a conversation that grew is re-clustered without
+// renumbering its episodes): the episode count stays, an episode no window joins keeps its
+// centroid and has medoid kNoMedoid. Deterministic; no restarts.
+inline constexpr size_t kNoMedoid = static_cast<size_t>(-1);
+EpisodeClustering refine_episodes(const std::vector<Embedding>& embeddings,
+                                  std::vector<Embedding> centroids, int32_t iterations = 100);
+
 // The mean of `embeddings`, and `v` less it, unit-normalised: the decoder's own states share a
 // large common direction (the format, the speaker lines) that would make every cosine ~1.
 Embedding mean_embedding(const std::vector<Embedding>& embeddings);

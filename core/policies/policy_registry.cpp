@@ -210,6 +210,9 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
                                   "': per_head is 0 (per layer), 1 (per KV head) or 2 (joint)");
     o.centre = take(options, "centre", 1) != 0;
     o.lexical = take(options, "embed", 0) != 0;
+    o.tau_percent = take(options, "tau", o.tau_percent);
+    o.max_episodes = std::max<int64_t>(1, take(options, "max_episodes", o.max_episodes));
+    o.rebuild_tokens = std::max<int64_t>(0, take(options, "rebuild", o.rebuild_tokens));
     auto epicache = std::make_unique<EpiCachePolicy>(o);
     epicache->set_layer_budgets(std::move(layer_budgets));
     policy = std::move(epicache);

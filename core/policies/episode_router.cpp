@@ -1,0 +1,177 @@
+#include "core/policies/episode_router.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace engram {
+
+std::string EpisodeRouter::utterance_line(const std::string& role, const std::string& text) {
+  return std::string(role == "user" ? "User" : "Assistant") + " said, \"" + text + "\"\n";
+}
+
+Embedding EpisodeRouter::centre(const Embedding& raw) const {
+  if (!options_.centre || mean_.empty()) {
+    Embedding v = raw;
+    normalize(v);
+    return v;
+  }
+  return centred(raw, mean_);
+}
+
+std::vector<Embedding> EpisodeRouter::centred_windows() const {
+  std::vector<Embedding> out;
+  out.reserve(raw_.size());
+  for (const Embedding& e : raw_)
+    out.push_back(centre(e));
+  return out;
+}
+
+std::vector<int32_t> EpisodeRouter::assignment() const {
+  std::vector<int32_t> a(window_texts_.size(), -1);
+  for (size_t e = 0; e < episodes_.size(); ++e)
+    for (size_t w : episodes_[e].windows)
+      if (w < a.size()) a[w] = static_cast<int32_t>(e);
+  return a;
+}
+
+void EpisodeRouter::reset() {
+  window_texts_.clear();
+  raw_.clear();
+  clustered_windows_ = 0;
+  mean_.clear();
+  episodes_.clear();
+}
+
+bool EpisodeRouter::sync_windows(const std::vector<std::string>& lines, const TextEmbedder& embed) {
+  std::vector<std::string> texts;
+  for (const UtteranceWindow& w : utterance_windows(0, lines.size(), options_.w_embed)) {
+    std::string text;
+    for (size_t i = w.begin; i < w.end; ++i)
+      text += lines[i];
+    texts.push_back(std::move(text));
+  }
+  size_t same = 0;
+  while (same < texts.size() && same < window_texts_.size() && texts[same] == window_texts_[same])
+    ++same;
+  // A clustered window may only have grown (the partial last one gains lines); anything else is
+  // an edited or replaced history.
+  for (size_t i = same; i < std::min(clustered_windows_, window_texts_.size()); ++i) {
+    const bool grew =
+        i + 1 == window_texts_.size() && i < texts.size() && texts[i].starts_with(window_texts_[i]);
+    if (!grew) return false;
+  }
+  window_texts_.resize(same);
+  raw_.resize(same);
+  for (size_t i = same; i < texts.size(); ++i) {
+    raw_.push_back(embed(texts[i]));
+    window_texts_.push_back(texts[i]);
+  }
+  return true;
+}
+
+void EpisodeRouter::cluster() {
+  mean_ = options_.centre ? mean_embedding(raw_) : Embedding{};
+  ClusteringOptions co;
+  co.episodes = std::max(1, options_.episodes);
+  const EpisodeClustering c = cluster_episodes(centred_windows(), co);
+  episodes_.clear();
+  for (int64_t e = 0; e < c.episodes(); ++e) {
+    ChatEpisode ep;
+    ep.centroid = c.centroids[e];
+    ep.medoid = c.medoids[e];
+    ep.patch_source = window_texts_[ep.medoid];
+    episodes_.push_back(std::move(ep));
+  }
+  for (size_t w = 0; w < c.assignment.size(); ++w)
+    episodes_[c.assignment[w]].windows.push_back(w);
+  clustered_windows_ = window_texts_.size();
+}
+
+void EpisodeRouter::recluster(EpisodeRoute& route) {
+  std::vector<Embedding> centroids;
+  for (const ChatEpisode& e : episodes_)
+    centroids.push_back(e.centroid);
+  const EpisodeClustering c = refine_episodes(centred_windows(), std::move(centroids));
+  for (size_t e = 0; e < episodes_.size(); ++e) {
+    ChatEpisode& ep = episodes_[e];
+    ep.centroid = c.centroids[e];
+    ep.windows.clear();
+    // An episode no window joined keeps its patch (a created episode's query line).
+    if (c.medoids[e] == kNoMedoid) continue;
+    const std::string& source = window_texts_[c.medoids[e]];
+    if (source != ep.patch_source) route.patch_changed.push_back(static_cast<int32_t>(e));
+    ep.medoid = c.medoids[e];
+    ep.patch_source = source;
+  }
+  for (size_t w = 0; w < c.assignment.size(); ++w)
+    episodes_[c.assignment[w]].windows.push_back(w);
+  clustered_windows_ = window_texts_.size();
+  route.reclustered = true;
+}
+
+EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
+                                  const std::string& query_line, bool over_budget,
+                                  const TextEmbedder& embed) {
+  EpisodeRoute route;
+  if (!sync_windows(lines, embed)) {
+    reset();
+    (void)sync_windows(lines, embed);
+  }
+  if (!clustered()) {
+    if (!over_budget || raw_.empty()) return route;
+    cluster();
+    route.clustered = true;
+  }
+  const Embedding query = centre(embed(query_line));
+  int32_t best = 0;
+  for (size_t e = 0; e < episodes_.size(); ++e) {
+    route.cosines.push_back(cosine(query, episodes_[e].centroid));
+    if (route.cosines[e] > route.cosines[best]) best = static_cast<int32_t>(e);
+  }
+  if (route.cosines[best] < options_.tau &&
+      static_cast<int32_t>(episodes_.size()) < options_.max_episodes) {
+    ChatEpisode ep;
+    ep.centroid = query;
+    ep.patch_source = query_line;
+    ep.created = true;
+    episodes_.push_back(std::move(ep));
+    best = static_cast<int32_t>(episodes_.size()) - 1;
+    route.created = true;
+  }
+  route.episode = best;
+  const ChatEpisode& routed = episodes_[best];
+  if (options_.rebuild_tokens > 0 && routed.fed_since_build > options_.rebuild_tokens) {
+    recluster(route);
+    route.rebuild = true;
+  }
+  return route;
+}
+
+void EpisodeRouter::fed(int32_t episode, int64_t tokens) {
+  episodes_.at(static_cast<size_t>(episode)).fed_since_build += tokens;
+}
+
+void EpisodeRouter::built(int32_t episode) {
+  episodes_.at(static_cast<size_t>(episode)).fed_since_build = 0;
+}
+
+void EpisodeRouter::restore(std::vector<std::string> window_texts, std::vector<Embedding> raw,
+                            Embedding mean, std::vector<ChatEpisode> episodes) {
+  if (window_texts.size() != raw.size())
+    throw std::invalid_argument("EpisodeRouter::restore: window texts and embeddings differ");
+  for (const ChatEpisode& e : episodes) {
+    for (size_t w : e.windows)
+      if (w >= raw.size()) throw std::invalid_argument("EpisodeRouter::restore: bad member");
+    if (e.medoid != kNoMedoid && e.medoid >= raw.size())
+      throw std::invalid_argument("EpisodeRouter::restore: bad medoid");
+    if (!raw.empty() && e.centroid.size() != raw.front().size())
+      throw std::invalid_argument("EpisodeRouter::restore: centroid dimension");
+  }
+  window_texts_ = std::move(window_texts);
+  raw_ = std::move(raw);
+  mean_ = std::move(mean);
+  episodes_ = std::move(episodes);
+  clustered_windows_ = episodes_.empty() ? 0 : window_texts_.size();
+}
+
+}  // namespace engram

@@ -1,0 +1,294 @@
+// EpiCache in a chat (issue 15): the episode router on hand-made embeddings (clustering when the
+// conversation outgrows the budget, routing to the nearest centroid, a new episode below τ, a
+// re-cluster + rebuild when an episode was fed past its limit, a reset on an edited history),
+// then ChatSession with the bundled engram-tiny on the CPU: under the budget `epicache` answers
+// exactly as `full`; over it every turn is routed to an episode whose stream is a prefix of the
+// conversation, an episode routed to again resumes its own cache (write-back), and the episodes
+// survive the store and route the next turn as before.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/engine/chat_session.h"
+#include "core/engine/conversation_store.h"
+#include "core/engine/loaded_model.h"
+#include "core/env/conversation_generator.h"
+#include "core/policies/episode_router.h"
+#include "storage/database.h"
+
+using namespace engram;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kModelDir =
+    fs::path(ENGRAM_TEST_DATA) / ".." / ".." / "resources" / "models" / "engram-tiny";
+
+// Topic words -> axes: a text's embedding counts them (plus a small constant so that no vector
+// is zero). Counts how many texts were embedded.
+struct TopicEmbedder {
+  int calls = 0;
+  Embedding operator()(const std::string& text) {
+    ++calls;
+    static const std::vector<std::string> topics = {"cat", "rain", "guitar", "chess"};
+    Embedding v(topics.size() + 1, 0.0f);
+    for (size_t t = 0; t < topics.size(); ++t)
+      for (size_t at = text.find(topics[t]); at != std::string::npos;
+           at = text.find(topics[t], at + 1))
+        v[t] += 1.0f;
+    v.back() = 0.05f;
+    return v;
+  }
+};
+
+std::vector<std::string> topic_lines(const std::vector<std::string>& words) {
+  std::vector<std::string> lines;
+  for (const std::string& w : words) {
+    lines.push_back(EpisodeRouter::utterance_line("user", "my " + w + " today"));
+    lines.push_back(EpisodeRouter::utterance_line("assistant", "nice " + w));
+  }
+  return lines;
+}
+
+EpisodeRouterOptions router_options() {
+  EpisodeRouterOptions o;
+  o.episodes = 3;
+  o.w_embed = 4;
+  o.centre = false;  // the hand-made axes need no centring
+  return o;
+}
+
+GenerationOptions greedy(int64_t tokens = 16) {
+  GenerationOptions o;
+  o.max_new_tokens = tokens;
+  return o;
+}
+
+std::vector<std::string> user_turns(size_t n) {
+  std::vector<std::string> out;
+  for (uint64_t seed = env::kHeldOutSeedBase + 700; out.size() < n; ++seed) {
+    env::ConversationConfig c;
+    c.seed = seed;
+    for (const env::Utterance& u : env::generate_conversation(c).utterances) {
+      if (u.speaker != env::kUserSpeaker) continue;
+      out.push_back(u.text);
+      if (out.size() == n) break;
+    }
+  }
+  return out;
+}
+
+// The last turn's prompt: the conversation before the reply, with the generation prompt.
+std::vector<int64_t> last_prompt(const LoadedModel& model, const ChatSession& session) {
+  std::vector<ChatMessage> before = session.history();
+  before.pop_back();
+  const std::vector<int32_t> ids = model.chat_template->encode(*model.tokenizer, before, true);
+  return {ids.begin(), ids.end()};
+}
+
+bool is_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  return a.size() <= b.size() && std::equal(a.begin(), a.end(), b.begin());
+}
+
+}  // namespace
+
+class ChatEpisodesTest : public QObject {
+  Q_OBJECT
+
+ private Q_SLOTS:
+  void routerWaitsForTheBudgetThenClustersAndRoutes() {
+    EpisodeRouter router(router_options());
+    TopicEmbedder embed;
+    const auto e = [&](const std::string& t) { return embed(t); };
+    const std::vector<std::string> lines =
+        topic_lines({"cat", "cat", "rain", "rain", "guitar", "guitar"});
+    const std::string query = EpisodeRouter::utterance_line("user", "what about the rain?");
+    EpisodeRoute r = router.route(lines, query, /*over_budget=*/false, e);
+    QCOMPARE(r.episode, -1);
+    QVERIFY(!router.clustered());
+    QCOMPARE(router.window_texts().size(), size_t{3});  // windows are embedded as they come
+
+    r = router.route(lines, query, /*over_budget=*/true, e);
+    QVERIFY(r.clustered);
+    QCOMPARE(router.episodes().size(), size_t{3});
+    // Each episode holds one topic's window; the rain query goes to the rain episode.
+    const ChatEpisode& routed = router.episodes()[static_cast<size_t>(r.episode)];
+    QCOMPARE(routed.windows.size(), size_t{1});
+    QVERIFY(router.window_texts()[routed.windows[0]].find("rain") != std::string::npos);
+    QVERIFY(routed.patch_source.find("rain") != std::string::npos);
+    QCOMPARE(r.cosines.size(), size_t{3});
+
+    // The same history again: no window is embedded twice (only the query).
+    const int before = embed.calls;
+    (void)router.route(lines, query, true, e);
+    QCOMPARE(embed.calls, before + 1);
+  }
+
+  void aQueryBelowTauCreatesAnEpisodeUpToTheCap() {
+    EpisodeRouterOptions o = router_options();
+    o.tau = 0.5;
+    o.max_episodes = 4;
+    EpisodeRouter router(o);
+    TopicEmbedder embed;
+    const auto e = [&](const std::string& t) { return embed(t); };
+    const std::vector<std::string> lines =
+        topic_lines({"cat", "cat", "rain", "rain", "guitar", "guitar"});
+    const std::string chess = EpisodeRouter::utterance_line("user", "shall we play chess?");
+    EpisodeRoute r = router.route(lines, chess, true, e);
+    QVERIFY(r.created);
+    QCOMPARE(r.episode, 3);
+    QVERIFY(router.episodes()[3].created);
+    QCOMPARE(router.episodes()[3].patch_source, chess);
+    QCOMPARE(router.episodes()[3].medoid, kNoMedoid);
+    // A second chess turn routes to the new episode (cosine 1), no creation.
+    r = router.route(lines, chess, true, e);
+    QVERIFY(!r.created);
+    QCOMPARE(r.episode, 3);
+    // At the cap, an unseen topic goes to the nearest episode instead.
+    EpisodeRouterOptions capped = o;
+    capped.max_episodes = 3;
+    EpisodeRouter full(capped);
+    r = full.route(lines, chess, true, e);
+    QVERIFY(!r.created);
+    QCOMPARE(full.episodes().size(), size_t{3});
+  }
+
+  void anEpisodeFedPastItsLimitIsReclusteredAndRebuilt() {
+    EpisodeRouterOptions o = router_options();
+    o.rebuild_tokens = 100;
+    EpisodeRouter router(o);
+    TopicEmbedder embed;
+    const auto e = [&](const std::string& t) { return embed(t); };
+    std::vector<std::string> lines =
+        topic_lines({"cat", "cat", "rain", "rain", "guitar", "guitar"});
+    const std::string cat = EpisodeRouter::utterance_line("user", "my cat again");
+    EpisodeRoute r = router.route(lines, cat, true, e);
+    const int32_t episode = r.episode;
+    router.fed(episode, 60);
+    r = router.route(lines, cat, true, e);
+    QVERIFY(!r.rebuild);
+    router.fed(episode, 60);  // 120 > 100
+    // Two more cat windows arrive: the re-cluster puts them with the cat episode.
+    for (const std::string& l : topic_lines({"cat", "cat"}))
+      lines.push_back(l);
+    r = router.route(lines, cat, true, e);
+    QVERIFY(r.rebuild);
+    QVERIFY(r.reclustered);
+    QCOMPARE(r.episode, episode);
+    QCOMPARE(router.episodes()[static_cast<size_t>(episode)].windows.size(), size_t{2});
+    router.built(episode);
+    QCOMPARE(router.episodes()[static_cast<size_t>(episode)].fed_since_build, int64_t{0});
+  }
+
+  void anEditedHistoryStartsTheEpisodesAgain() {
+    EpisodeRouter router(router_options());
+    TopicEmbedder embed;
+    const auto e = [&](const std::string& t) { return embed(t); };
+    const std::string q = EpisodeRouter::utterance_line("user", "rain?");
+    (void)router.route(topic_lines({"cat", "cat", "rain", "rain", "guitar", "guitar"}), q, true, e);
+    QVERIFY(router.clustered());
+    // The first window's text changes: what was clustered no longer describes the chat.
+    const EpisodeRoute r = router.route(
+        topic_lines({"chess", "cat", "rain", "rain", "guitar", "guitar"}), q, false, e);
+    QCOMPARE(r.episode, -1);
+    QVERIFY(!router.clustered());
+  }
+
+  void initTestCase() {
+    model_ = std::make_unique<LoadedModel>(
+        load_model({kModelDir, "", 0}, choose_device("cpu", "f32"), {}));
+    QVERIFY(model_->tokenizer && model_->chat_template);
+  }
+
+  void underTheBudgetItAnswersAsFull() {
+    ChatSession full(*model_, {}, {"full", 0});
+    ChatSession epi(*model_, {}, {"epicache", 2048});
+    QVERIFY(epi.episodes() != nullptr);
+    for (const std::string& turn : user_turns(6)) {
+      const ChatReply a = full.reply(turn, greedy(), {});
+      const ChatReply b = epi.reply(turn, greedy(), {});
+      QCOMPARE(b.generation.tokens, a.generation.tokens);
+      QCOMPARE(b.route.episode, -1);
+    }
+    QVERIFY(!epi.episodes()->clustered());
+  }
+
+  void overTheBudgetEveryTurnGoesToAnEpisodeAndResumesItsCache() {
+    ChatSession session(*model_, {}, {"epicache", 256});
+    std::map<int32_t, int64_t> stream_after;  // episode -> its stream length after its last turn
+    std::set<int32_t> routed;
+    int resumed = 0;
+    for (const std::string& turn : user_turns(30)) {
+      const ChatReply r = session.reply(turn, greedy(), {});
+      if (r.route.episode < 0) {
+        QVERIFY(stream_after.empty());  // once clustered, every turn is routed
+        continue;
+      }
+      QVERIFY(r.route.episode < r.episodes);
+      routed.insert(r.route.episode);
+      QVERIFY(!r.memory_note.empty());
+      // Back to an episode: its own stream comes back whole (written back, not recomputed).
+      if (const auto it = stream_after.find(r.route.episode);
+          it != stream_after.end() && !r.route.rebuild && !r.rebuilt) {
+        QCOMPARE(r.reused_tokens, it->second);
+        ++resumed;
+      }
+      // The routed episode's stream is the conversation (its prompt, then the reply's tokens);
+      // attention stays bounded.
+      QVERIFY(is_prefix(last_prompt(*model_, session), session.cached_ids()));
+      QVERIFY(session.working_set().tokens() <= 256 + 512);
+      stream_after[r.route.episode] = session.cached_tokens();
+    }
+    QVERIFY(session.episodes()->clustered());
+    QVERIFY2(routed.size() >= 2, "the turns all went to one episode");
+    QVERIFY(resumed > 0);
+    last_episodes_ = static_cast<int64_t>(session.episodes()->episodes().size());
+  }
+
+  void episodesSurviveTheStoreAndRouteAsBefore() {
+    QTemporaryDir dir;
+    storage::Database db(fs::path(dir.path().toStdString()));
+    ConversationStore store(db);
+    ChatSession session(*model_, {}, {"epicache", 256});
+    const std::vector<std::string> turns = user_turns(24);
+    for (size_t i = 0; i + 1 < turns.size(); ++i)
+      (void)session.reply(turns[i], greedy(8), {});
+    QVERIFY(session.episodes()->clustered());
+    store.save("c", session);
+
+    ChatSession restored(*model_, {}, {"epicache", 256});
+    const auto r = store.restore("c", restored);
+    QVERIFY(r.has_value());
+    QVERIFY(r->episodes_restored);
+    QCOMPARE(r->rebuild_cause, KvRebuildCause::kEpisodic);
+    const auto& a = session.episodes()->episodes();
+    const auto& b = restored.episodes()->episodes();
+    QCOMPARE(b.size(), a.size());
+    for (size_t e = 0; e < a.size(); ++e) {
+      QCOMPARE(b[e].centroid, a[e].centroid);
+      QCOMPARE(b[e].windows, a[e].windows);
+      QCOMPARE(b[e].patch_source, a[e].patch_source);
+      QCOMPARE(b[e].created, a[e].created);
+    }
+    QCOMPARE(restored.episodes()->window_embeddings(), session.episodes()->window_embeddings());
+    // The next turn goes where it would have gone without the restart; the restored episode's
+    // cache is rebuilt from the text.
+    const ChatReply before = session.reply(turns.back(), greedy(8), {});
+    const ChatReply after = restored.reply(turns.back(), greedy(8), {});
+    QCOMPARE(after.route.episode, before.route.episode);
+    QCOMPARE(after.reused_tokens, int64_t{0});
+    QVERIFY(is_prefix(last_prompt(*model_, restored), restored.cached_ids()));
+  }
+
+ private:
+  std::unique_ptr<LoadedModel> model_;
+  int64_t last_episodes_ = 0;
+};
+
+QTEST_GUILESS_MAIN(ChatEpisodesTest)
+#include "test_chat_episodes.moc"
