@@ -35,6 +35,7 @@
 #include "ui/conversation_list.h"
 #include "ui/engine_events.h"
 #include "ui/engine_worker.h"
+#include "ui/episodes_panel.h"
 #include "ui/importance_panel.h"
 #include "ui/memory_inspector.h"
 #include "ui/message_input.h"
@@ -91,6 +92,7 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   timeline_ = new TimelinePanel(this);
   inspector_ = new MemoryInspector(this);
   importance_ = new ImportancePanel(this);
+  episodes_ = new EpisodesPanel(this);
   build_menus();
   add_panel(QStringLiteral("memory"), tr("Memory inspector"), inspector_, Qt::RightDockWidgetArea);
   add_panel(QStringLiteral("timeline"), tr("Layer timeline"), timeline_, Qt::BottomDockWidgetArea);
@@ -98,6 +100,10 @@ MainWindow::MainWindow(MainWindowOptions options, QWidget* parent)
   tabifyDockWidget(panel(QStringLiteral("memory")),
                    add_panel(QStringLiteral("importance"), tr("Importance propagation"),
                              importance_, Qt::RightDockWidgetArea));
+  // EpiCache's episodes (read from an episode trace): another tab there.
+  tabifyDockWidget(
+      panel(QStringLiteral("memory")),
+      add_panel(QStringLiteral("episodes"), tr("Episodes"), episodes_, Qt::RightDockWidgetArea));
   panel(QStringLiteral("memory"))->raise();
   setDockOptions(QMainWindow::AnimatedDocks | QMainWindow::AllowTabbedDocks |
                  QMainWindow::AllowNestedDocks);
@@ -157,6 +163,7 @@ void MainWindow::build_menus() {
   new_action->setShortcut(QKeySequence::New);
   file->addAction(tr("Open &trace file…"), timeline_, &TimelinePanel::loadTraceFile);
   file->addAction(tr("Open &recompute trace…"), importance_, &ImportancePanel::loadTraceFile);
+  file->addAction(tr("Open e&pisode trace…"), episodes_, &EpisodesPanel::loadTraceFile);
   file->addSeparator();
   export_action_ =
       file->addAction(tr("&Export conversation…"), this, &MainWindow::exportConversation);

@@ -1,6 +1,6 @@
 // The Engram main window: the conversation list, the chat with its input, the model bar, and a
-// dock area for research panels (layer timeline, memory inspector and KEEP's importance
-// propagation now; episodes register themselves through add_panel() when their policy lands).
+// dock area for research panels (layer timeline, memory inspector, KEEP's importance propagation
+// and EpiCache's episodes; a later panel registers itself through add_panel()).
 // The engine lives on a worker thread (engine_worker.h); this window never waits on it.
 #pragma once
 
@@ -25,6 +25,7 @@ class ChatView;
 class ConversationList;
 class EngineEvents;
 class EngineWorker;
+class EpisodesPanel;
 class ImportancePanel;
 class MemoryInspector;
 class MessageInput;
@@ -57,6 +58,7 @@ class MainWindow : public QMainWindow {
   TimelinePanel* timeline() const { return timeline_; }
   MemoryInspector* inspector() const { return inspector_; }
   ImportancePanel* importance() const { return importance_; }
+  EpisodesPanel* episodes() const { return episodes_; }
   bool busy() const { return busy_; }
   bool model_loaded() const { return model_loaded_; }
   bool profile_open() const { return profile_open_; }
@@ -135,6 +137,7 @@ class MainWindow : public QMainWindow {
   TimelinePanel* timeline_;
   MemoryInspector* inspector_;
   ImportancePanel* importance_;
+  EpisodesPanel* episodes_;
   QMenu* panels_menu_ = nullptr;
   QAction* export_action_ = nullptr;
   QAction* export_all_action_ = nullptr;
