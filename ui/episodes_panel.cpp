@@ -659,15 +659,18 @@ QString EpisodesPanel::routing_text() const {
     const QString cos = static_cast<size_t>(e.index) < q.cosines.size()
                             ? QString::number(q.cosines[static_cast<size_t>(e.index)], 'f', 3)
                             : tr("–");
-    QString row = tr("<td><span style=\"color:%1\">■</span> E%2</td><td>%3</td><td>%4</td>"
-                     "<td>%5%6</td>")
-                      .arg(episode_color(e.index).name())
-                      .arg(e.index)
-                      .arg(cos)
-                      .arg(e.members.size())
-                      .arg(e.cache_tokens)
-                      .arg(e.built ? tr(" built") : QString());
-    if (routed) row = QStringLiteral("<b>") + row + QStringLiteral("</b>");
+    // The routed episode's row in bold (Qt's rich text takes <b> inside a cell, not around it).
+    const QString b = routed ? QStringLiteral("<b>") : QString();
+    const QString eb = routed ? QStringLiteral("</b>") : QString();
+    const QString row = QStringLiteral("<td><span style=\"color:%1\">■</span> %2E%3%4</td>")
+                            .arg(episode_color(e.index).name(), b)
+                            .arg(e.index)
+                            .arg(eb) +
+                        QStringLiteral("<td>%1%2%3</td><td>%1%4%3</td><td>%1%5%6%3</td>")
+                            .arg(b, cos, eb)
+                            .arg(e.members.size())
+                            .arg(e.cache_tokens)
+                            .arg(e.built ? tr(" built") : QString());
     html += QStringLiteral("<tr>") + row + QStringLiteral("</tr>");
   }
   return html + QStringLiteral("</table>");
