@@ -408,6 +408,8 @@ class RaggedPlanTest : public QObject {
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:layers=4,x"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:layers="), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("snapkv:layers=4"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("epicache:per_head=2+louiskv"), std::invalid_argument);
+    QVERIFY(make_policy("epicache:per_head=1+louiskv"));
     // Budgets for another number of layers: a clear error at the first shrink.
     EpiCachePolicy wrong;
     wrong.set_budget(8);

@@ -76,10 +76,8 @@ std::string take_list(const std::string& spec, const std::string& key, std::vect
       } catch (const std::exception&) {
       }
       if (v < 0 || used != value.size() || value.empty())
-        throw std::invalid_argument("policy '" + spec + "': " + key +
-                                    "= takes non-negative "
-                                    "integers separated by commas, got '" +
-                                    value + "'");
+        throw std::invalid_argument("policy '" + spec + "': " + key + "= takes integers >= 0 " +
+                                    "separated by commas, got '" + value + "'");
       list.push_back(v);
     }
     if (comma == std::string::npos) break;
@@ -168,6 +166,13 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     auto prefill = make_policy(spec.substr(0, plus));
     if (prefill->decode_retrieval())
       throw std::invalid_argument("policy '" + spec + "': one decode policy at a time");
+    // The retrieval pool reads the working set's slots without their per-head validity.
+    if (const auto* e = dynamic_cast<const EpiCachePolicy*>(prefill.get());
+        e && (e->options().per_head == 2 || !e->layer_budgets().empty())) {
+      throw std::invalid_argument("policy '" + spec +
+                                  "': decode-time retrieval does not serve per-head or per-layer "
+                                  "budgets (per_head=2, layers=) yet");
+    }
     return std::make_unique<RetrievingPolicy>(std::move(prefill), std::move(decode));
   }
   std::string name;
