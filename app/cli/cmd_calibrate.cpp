@@ -51,16 +51,18 @@ std::vector<int64_t> conversation_tokens(const Tokenizer& tokenizer, uint64_t se
     config.min_tokens = std::max<int64_t>(config.min_tokens, tokens);
     config.max_tokens = std::max<int64_t>(config.max_tokens, 2 * tokens);
     const env::Conversation c = env::generate_conversation(config);
-    const std::string text = s == seed
-                                 ? env::qa_history_prompt(c.utterances, 0, c.utterances.size())
-                                 : "\n" + env::render_history(c.utterances, 0, c.utterances.size());
+    // The first with the QA instruction, as eval conversation renders a history; the next ones
+    // continue it after a blank line.
+    std::string text = s == seed ? env::qa_history_prompt(c.utterances, 0, c.utterances.size())
+                                 : std::string("\n");
+    if (s != seed) text += env::render_history(c.utterances, 0, c.utterances.size());
     const std::vector<int64_t> more = encode_text(tokenizer, text, /*bos=*/s == seed);
     ids.insert(ids.end(), more.begin(), more.end());
     last = s;
   }
   ids.resize(static_cast<size_t>(tokens));
   *description = "conversation seed " + std::to_string(seed);
-  if (last != seed) *description += "-" + std::to_string(last);
+  if (last != seed) description->append("-").append(std::to_string(last));
   return ids;
 }
 
@@ -158,7 +160,7 @@ int run_calibrate(int argc, char** argv) {
   write_layer_calibration(stored, c);
   std::printf("stored %s\n", stored.string().c_str());
   if (args.has("json")) {
-    nlohmann::json j = nlohmann::json::parse(layer_calibration_to_json(c));
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(layer_calibration_to_json(c));
     for (int64_t m : kShownBudgets)
       j["budgets"][std::to_string(m)] =
           allocate_layer_budgets(c.key_cosine, m, c.alpha, std::max(m, ceiling));

@@ -81,7 +81,8 @@ std::string safe_file_name(const std::string& fingerprint) {
                     (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
     if (!ok) ch = '_';
   }
-  if (name.empty() || name.front() == '.') name.insert(0, "_");
+  // No hidden or empty names.
+  if (name.empty() || name.front() == '.') return std::string(1, '_').append(name);
   return name;
 }
 
@@ -154,7 +155,7 @@ std::vector<int64_t> allocate_layer_budgets(const std::vector<double>& key_cosin
 }
 
 std::string layer_calibration_to_json(const LayerCalibration& c) {
-  json j;
+  nlohmann::ordered_json j;  // in this order in the file, for people reading it
   j["format"] = kLayerCalibrationFormat;
   j["version"] = kLayerCalibrationVersion;
   j["model_fingerprint"] = c.model_fingerprint;
