@@ -328,6 +328,7 @@ int run_eval_conversation(int argc, char** argv) {
           for (size_t e = 0; e < step.episodes.size(); ++e) {
             step.episodes[e].cache_tokens = caches[e].ws->tokens();
             step.episodes[e].built = episode_trace.steps.empty();  // built before question 0
+            step.episodes[e].layer_budgets = epicache_of(*caches[e].policy)->layer_budgets();
           }
           episode_trace.steps.push_back(std::move(step));
         }
