@@ -7,10 +7,11 @@ namespace engram::cli {
 int run_generate(int argc, char** argv);
 int run_chat(int argc, char** argv);
 int run_bench(int argc, char** argv);
-int run_bench_restore(int argc, char** argv);  // `bench restore`, dispatched by run_bench
-int run_bench_oxygen(int argc, char** argv);   // `bench oxygen`, dispatched by run_bench
-int run_bench_pages(int argc, char** argv);    // `bench pages`: unit loads from the pinned pool
-int run_bench_keep(int argc, char** argv);     // `bench keep`: KEEP's TTFT per method (issue 16)
+int run_bench_restore(int argc, char** argv);   // `bench restore`, dispatched by run_bench
+int run_bench_oxygen(int argc, char** argv);    // `bench oxygen`, dispatched by run_bench
+int run_bench_pages(int argc, char** argv);     // `bench pages`: unit loads from the pinned pool
+int run_bench_keep(int argc, char** argv);      // `bench keep`: KEEP's TTFT per method (issue 16)
+int run_bench_epicache(int argc, char** argv);  // `bench epicache`: Table 3 (issue 15)
 int run_logits(int argc, char** argv);
 int run_sim(int argc, char** argv);              // the household simulator, interactive
 int run_export_embodied(int argc, char** argv);  // `export embodied`: expert training data

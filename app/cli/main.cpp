@@ -104,6 +104,12 @@ void usage() {
       "  bench    keep (--model DIR | --shape NAME) [--segments 10,20,30,40] [--changed N]\n"
       "           [--chunk-tokens T] [--methods M,...] [--keep-options probe=8] [--check]\n"
       "           [--device cuda] [--repeat N] [--json FILE]   (KEEP: TTFT per method, KV pinned)\n"
+      "  bench    epicache (--model DIR | --shape NAME --tokenizer FILE) [--history-tokens N]\n"
+      "           [--turns T] [--kv-budget M] [--decode-tokens D] [--full-turns K]\n"
+      "           [--methods epicache,prefix,full] [--sweep N1,N2,...] [--policy epicache:...]\n"
+      "           [--device cuda] [--json FILE]   (EpiCache Table 3: T turns over a long history,\n"
+      "           vs prefix caching and full re-prefill; peak memory; --sweep: one episode build\n"
+      "           vs a full prefill per history length)\n"
       "  logits   --model DIR --ids 1,523,87 [--out FILE.npy]\n"
       "  sim      [--seed S] [--tasks N] [--max-steps N]   (type actions; stdin when piped)\n"
       "           [--model DIR [--device D]]   (the model plans, closed loop)\n"
@@ -149,6 +155,8 @@ int main(int argc, char** argv) {
   try {
     if (command == "generate") return engram::cli::run_generate(argc, argv);
     if (command == "chat") return engram::cli::run_chat(argc, argv);
+    if (command == "bench" && argc > 2 && !std::strcmp(argv[2], "epicache"))
+      return engram::cli::run_bench_epicache(argc, argv);
     if (command == "bench") return engram::cli::run_bench(argc, argv);
     if (command == "logits") return engram::cli::run_logits(argc, argv);
     if (command == "sim") return engram::cli::run_sim(argc, argv);

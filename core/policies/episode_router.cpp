@@ -1,6 +1,7 @@
 #include "core/policies/episode_router.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 namespace engram {
@@ -112,17 +113,27 @@ void EpisodeRouter::recluster(EpisodeRoute& route) {
 EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
                                   const std::string& query_line, bool over_budget,
                                   const TextEmbedder& embed) {
+  using Clock = std::chrono::steady_clock;
+  const auto ms_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
   EpisodeRoute route;
+  auto t0 = Clock::now();
   if (!sync_windows(lines, embed)) {
     reset();
     (void)sync_windows(lines, embed);
   }
+  route.embed_ms = ms_since(t0);
   if (!clustered()) {
     if (!over_budget || raw_.empty()) return route;
+    t0 = Clock::now();
     cluster();
+    route.cluster_ms = ms_since(t0);
     route.clustered = true;
   }
+  t0 = Clock::now();
   const Embedding query = centre(embed(query_line));
+  route.embed_ms += ms_since(t0);
   int32_t best = 0;
   for (size_t e = 0; e < episodes_.size(); ++e) {
     route.cosines.push_back(cosine(query, episodes_[e].centroid));
@@ -141,7 +152,9 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
   route.episode = best;
   const ChatEpisode& routed = episodes_[best];
   if (options_.rebuild_tokens > 0 && routed.fed_since_build > options_.rebuild_tokens) {
+    t0 = Clock::now();
     recluster(route);
+    route.cluster_ms += ms_since(t0);
     route.rebuild = true;
   }
   return route;

@@ -48,6 +48,8 @@ struct EpisodeRoute {
   bool reclustered = false;            // the windows were re-clustered (patches may have changed)
   bool rebuild = false;                // the routed episode's cache must be rebuilt from the text
   std::vector<int32_t> patch_changed;  // episodes whose patch_source changed
+  double embed_ms = 0;                 // embedding new windows and the query (bench epicache)
+  double cluster_ms = 0;               // k-means of a clustering or re-clustering
 };
 
 // Embeds one text (a window's lines or a query line) to a raw, not yet centred, vector.
