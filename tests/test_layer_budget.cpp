@@ -158,6 +158,16 @@ class LayerBudgetTest : public QObject {
             allocate_layer_budgets(cos, 512, 1.0).back());
   }
 
+  void extremeAlphaStaysFinite() {
+    // (1e-16)^25 underflows a double: such a layer counts as unweighted, the others share.
+    const auto b = allocate_layer_budgets({1.0 - 1e-16, 0.5, 0.25}, 512, 25.0);
+    QCOMPARE(sum(b), int64_t{1536});
+    QCOMPARE(b[0], int64_t{128});
+    QVERIFY(b[2] > b[1]);
+    const auto c = allocate_layer_budgets({1.0 - 1e-16, 0.5, 0.25}, 512, 25.0, 600);
+    QCOMPARE(c, (std::vector<int64_t>{336, 600, 600}));
+  }
+
   void badArgumentsThrow() {
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, allocate_layer_budgets({}, 512));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, allocate_layer_budgets({0.5}, 0));

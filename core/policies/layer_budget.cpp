@@ -104,6 +104,13 @@ std::vector<int64_t> allocate_layer_budgets(const std::vector<double>& key_cosin
                                   std::to_string(l) + " is not finite");
     weight[l] = std::pow(std::max(0.0, 1.0 - key_cosine[l]), alpha);  // pow(0, 0) == 1
   }
+  // Only ratios matter: scaled so that the largest is 1, and a weight too small to give a layer
+  // anything above the floor at any sane λ counts as 0 (keeps floor/w finite for every α).
+  const double heaviest = *std::max_element(weight.begin(), weight.end());
+  if (heaviest > 0) {
+    for (double& w : weight)
+      w = w / heaviest < 1e-200 ? 0.0 : w / heaviest;
+  }
   const double weight_sum = std::accumulate(weight.begin(), weight.end(), 0.0);
   const bool equal =
       std::all_of(weight.begin(), weight.end(), [&](double w) { return w == weight.front(); });
