@@ -19,6 +19,7 @@
 #include "core/engine/loaded_model.h"
 #include "core/env/conversation_generator.h"
 #include "core/policies/episode_router.h"
+#include "core/policies/episode_trace.h"
 #include "storage/database.h"
 
 using namespace engram;
@@ -227,6 +228,7 @@ class ChatEpisodesTest : public QObject {
       const ChatReply r = session.reply(turn, greedy(), {});
       if (r.route.episode < 0) {
         QVERIFY(stream_after.empty());  // once clustered, every turn is routed
+        QVERIFY(!session.episode_trace_step(r).has_value());
         continue;
       }
       QVERIFY(r.route.episode < r.episodes);
@@ -243,6 +245,15 @@ class ChatEpisodesTest : public QObject {
       QVERIFY(is_prefix(last_prompt(*model_, session), session.cached_ids()));
       QVERIFY(session.working_set().tokens() <= 256 + 512);
       stream_after[r.route.episode] = session.cached_tokens();
+      // The episodes panel's live step: consistent, routed where the turn went, the routed
+      // episode's cache as large as the working set.
+      const auto step = session.episode_trace_step(r);
+      QVERIFY(step.has_value());
+      validate_episode_trace_step(*step);
+      QCOMPARE(step->query.episode, int64_t{r.route.episode});
+      QCOMPARE(step->episodes[static_cast<size_t>(r.route.episode)].cache_tokens,
+               session.working_set().tokens());
+      QCOMPARE(step->windows.size(), session.episodes()->window_texts().size());
     }
     QVERIFY(session.episodes()->clustered());
     QVERIFY2(routed.size() >= 2, "the turns all went to one episode");

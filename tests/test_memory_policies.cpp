@@ -74,7 +74,7 @@ class MemoryPoliciesTest : public QObject {
     QVERIFY_EXCEPTION_THROWN(make_policy("h3o"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("streaming:sink=8"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("streaming:sinks=-1"), std::invalid_argument);
-    QCOMPARE(std::string(default_policy_spec()), std::string("streaming"));
+    QCOMPARE(std::string(default_policy_spec()), std::string("epicache"));
     // Budgets: full refuses one; a bounded policy's default and ceiling leave a block of room.
     QVERIFY_EXCEPTION_THROWN(make_policy("full", 512, 4096, 512), std::invalid_argument);
     QCOMPARE(make_policy("streaming", 0, 4096, 512)->budget(), int64_t{3584});

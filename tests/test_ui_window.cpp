@@ -312,15 +312,16 @@ class UiWindowTest : public QObject {
     const QString name = QStringLiteral("panels");
     {
       auto w = open_window(name);
-      auto* episodes = new QLabel(QStringLiteral("episodes"));
-      QDockWidget* dock = w->add_panel(QStringLiteral("episodes"), QStringLiteral("Episodes"),
-                                       episodes, Qt::LeftDockWidgetArea);
+      auto* episodes = new QLabel(QStringLiteral("late"));
+      QDockWidget* dock = w->add_panel(QStringLiteral("late"), QStringLiteral("Late"), episodes,
+                                       Qt::LeftDockWidgetArea);
       QVERIFY(dock->isVisible());
       QAction* toggle = nullptr;
       for (QAction* a : w->panels_menu()->actions())
-        toggle = a->text() == QStringLiteral("Episodes") ? a : toggle;
+        toggle = a->text() == QStringLiteral("Late") ? a : toggle;
       QVERIFY(toggle);
-      QCOMPARE(w->panels_menu()->actions().size(), 4);  // memory, timeline, importance, episodes
+      QCOMPARE(w->panels_menu()->actions().size(),
+               5);  // memory, timeline, importance, episodes, late
       toggle->trigger();
       QVERIFY(!dock->isVisible());
       toggle->trigger();
@@ -330,9 +331,8 @@ class UiWindowTest : public QObject {
       w->close();
     }
     auto w = open_window(name);
-    QDockWidget* dock =
-        w->add_panel(QStringLiteral("episodes"), QStringLiteral("Episodes"),
-                     new QLabel(QStringLiteral("episodes")), Qt::LeftDockWidgetArea);
+    QDockWidget* dock = w->add_panel(QStringLiteral("late"), QStringLiteral("Late"),
+                                     new QLabel(QStringLiteral("late")), Qt::LeftDockWidgetArea);
     QCOMPARE(w->dockWidgetArea(dock), Qt::RightDockWidgetArea);
     QVERIFY(dock->isVisible());
   }
@@ -656,8 +656,11 @@ class UiWindowTest : public QObject {
       return false;
     };
     QTRY_VERIFY(shows_in_attention());
-    // A second long turn moves the first answer wholly out of attention: it is listed where its
-    // KV is (the store, after the save), state "evicted, KV kept".
+    // Under streaming (the default, epicache, stores episodes instead of the KV that leaves
+    // attention once the chat is clustered), a second long turn moves the first answer wholly
+    // out of attention: it is listed where its KV is (the store, after the save), state
+    // "evicted, KV kept".
+    choose_policy(*w, QStringLiteral("streaming"));
     w->sendText(longer_than_the_positions());
     QTRY_VERIFY_WITH_TIMEOUT(!w->busy(), kReplyTimeoutMs);
     QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));

@@ -268,6 +268,7 @@ void MainWindow::connect_worker() {
           });
   connect(worker_, &EngineWorker::conversationsChanged, this, &MainWindow::refresh_list);
   connect(worker_, &EngineWorker::conversationOpened, this, [this](const OpenedConversation& c) {
+    if (c.info.id != current_) episodes_->load({});  // live steps belong to one conversation
     current_ = c.info.id;
     conversations_->set_current(current_);
     settings_->setValue(QStringLiteral("conversation/last"), current_);
@@ -303,6 +304,7 @@ void MainWindow::connect_worker() {
   connect(worker_, &EngineWorker::conversationClosed, this, [this] {
     current_ = 0;
     chat_->clear();
+    episodes_->load({});
     conversations_->set_current(0);
   });
   connect(worker_, &EngineWorker::replyText, this, [this](const QString& text) {
@@ -313,6 +315,7 @@ void MainWindow::connect_worker() {
       b->set_text(QString::fromStdString(stats.text));
       b->set_stats(stats);
     }
+    if (stats.episode_step) episodes_->append_step(*stats.episode_step);
     set_busy(false);
     statusBar()->showMessage(tr("Answered in %1 s").arg(stats.total_ms / 1000.0, 0, 'f', 2), 5000);
     Q_EMIT replyDone();
@@ -432,6 +435,7 @@ void MainWindow::newConversation() {
   current_ = 0;
   user_chose_conversation_ = true;
   chat_->clear();
+  episodes_->load({});
   QMetaObject::invokeMethod(worker_, &EngineWorker::newConversation);
   input_->setFocus();
 }

@@ -191,6 +191,7 @@ int run_eval_conversation(int argc, char** argv) {
   int64_t peak_kv = 0, evicted_sum = 0, rebuilt_questions = 0;
   RetrievalStats retrieval;  // decode-time retrieval over every question (louiskv, Quest)
   env::QaTally tally;
+  env::QaTally old_tally;  // questions whose evidence lies past the positions from the end
   std::vector<double> ttft;
   nlohmann::json details = nlohmann::json::array();
   int64_t truncated = 0, evidence_cut = 0, history_tokens_sum = 0;
@@ -217,6 +218,17 @@ int run_eval_conversation(int argc, char** argv) {
     for (const env::Question& q : c.questions)
       longest_suffix =
           std::max(longest_suffix, tokenizer.encode(env::qa_question_suffix(q.question)).size());
+    // Utterances that start more than the model's positions before the history's end: no span of
+    // trained positions at the end holds them (lines encoded one by one: approximate).
+    size_t old_end = 0;
+    int64_t from_end = 0;
+    for (size_t i = u.size(); i-- > 0;) {
+      from_end += static_cast<int64_t>(tokenizer.encode(env::utterance_line(u[i])).size());
+      if (from_end > mc.max_positions) {
+        old_end = i + 1;
+        break;
+      }
+    }
     // Whole sessions leave from the front when the model's context cannot hold the history.
     size_t begin = 0;
     std::vector<int64_t> history = encode_prompt(tokenizer, env::qa_history_prompt(u, 0, u.size()));
@@ -368,6 +380,10 @@ int run_eval_conversation(int argc, char** argv) {
       answer.erase(answer.find_last_not_of(" \t\r") + 1);
 
       tally.add(q.type, answer, q.answer);
+      const bool old = !q.evidence.empty() &&
+                       std::all_of(q.evidence.begin(), q.evidence.end(),
+                                   [&](int64_t e) { return e < static_cast<int64_t>(old_end); });
+      if (old) old_tally.add(q.type, answer, q.answer);
       ttft.push_back(r.time_to_first_token_ms);
       const bool cut = std::any_of(q.evidence.begin(), q.evidence.end(),
                                    [&](int64_t e) { return e < static_cast<int64_t>(begin); });
@@ -380,6 +396,7 @@ int run_eval_conversation(int argc, char** argv) {
                          {"exact_match", env::exact_match(answer, q.answer)},
                          {"f1", env::token_f1(answer, q.answer)},
                          {"evidence_cut", cut},
+                         {"evidence_past_positions", old},
                          {"prompt_tokens", prompt.size()},
                          {"time_to_first_token_ms", r.time_to_first_token_ms}});
       if (episodic) details.back()["routing"] = routing;
@@ -399,6 +416,12 @@ int run_eval_conversation(int argc, char** argv) {
   }
   std::printf("%-18s %6lld %8.3f %8.3f\n", "all", static_cast<long long>(all.count),
               all.exact_match, all.f1);
+  const env::QaScore old_score = old_tally.overall();
+  if (old_score.count > 0) {
+    std::printf("%-18s %6lld %8.3f %8.3f  (evidence more than %lld positions before the end)\n",
+                "past positions", static_cast<long long>(old_score.count), old_score.exact_match,
+                old_score.f1, static_cast<long long>(mc.max_positions));
+  }
   std::printf("memory policy %s, KV budget %s, peak KV %lld tokens per layer\n",
               policy->spec().c_str(),
               bounded ? std::to_string(policy->budget()).c_str() : "unbounded",
@@ -462,6 +485,7 @@ int run_eval_conversation(int argc, char** argv) {
         {"history_prefill_ms_mean", prefill_ms_sum / static_cast<double>(episodes)},
         {"conversations_cut_to_fit", truncated},
         {"questions_with_evidence_cut", evidence_cut},
+        {"evidence_past_positions", score_json(old_score)},
         {"epicache",
          episodic ? nlohmann::json{{"episodes_mean", static_cast<double>(episodes_sum) /
                                                          static_cast<double>(episodes)},

@@ -134,7 +134,7 @@ int run_chat(int argc, char** argv) {
                                                  ? std::filesystem::path(args.str("profile", ""))
                                                  : storage::default_profile_dir());
   }
-  // New chats continue past the model's positions under the default policy (streaming).
+  // New chats continue past the model's positions under the default policy (epicache).
   PolicyChoice choice = policy_choice_from_args(args, default_policy_spec());
   // A stored conversation keeps the policy it was saved with unless --policy names another.
   if (db && !args.has("policy")) {

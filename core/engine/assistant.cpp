@@ -287,6 +287,10 @@ struct Assistant::State {
     s.attention_tokens = r.attention_tokens;
     s.conversation_tokens = r.stream_tokens;
     s.memory_note = r.memory_note;
+    if (session) {
+      if (auto step = session->episode_trace_step(r))
+        s.episode_step = std::make_shared<const EpisodeTraceStep>(std::move(*step));
+    }
     return s;
   }
 

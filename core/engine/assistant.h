@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/policies/episode_trace.h"
 #include "core/trace/engine_observer.h"
 #include "storage/conversation_export.h"
 
@@ -100,6 +101,8 @@ struct ReplyStats {
   int64_t attention_tokens = 0;
   int64_t conversation_tokens = 0;
   std::string memory_note;
+  // EpiCache: the episodes panel's step for this turn (null when the turn was not routed).
+  std::shared_ptr<const EpisodeTraceStep> episode_step;
 };
 
 struct MemoryPolicyInfo {

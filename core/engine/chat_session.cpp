@@ -7,6 +7,7 @@
 
 #include "core/model/model_error.h"
 #include "core/policies/epicache_policy.h"
+#include "core/policies/episode_trace.h"
 #include "core/policies/policy_registry.h"
 #include "core/policies/text_embedding.h"
 #include "core/tokenizer/stop_strings.h"
@@ -51,8 +52,9 @@ void ChatSession::set_history(std::vector<ChatMessage> messages) {
 
 void ChatSession::keep_for_store(bool keep) {
   // Episodic caches take turns in the working set, so no single stream of KV runs describes
-  // them: the store keeps their episodes and rebuilds the routed cache from the text.
-  ws_->set_capture(keep && !router_);
+  // them: once clustered the store keeps the episodes and rebuilds the routed cache from the
+  // text. Before (the conversation fits the budget) the one cache is stored as for any policy.
+  ws_->set_capture(keep && !(router_ && router_->clustered()));
 }
 
 void ChatSession::adopt_working_set(const KvCache& cache, const at::Tensor& slot_stream,
@@ -225,6 +227,7 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
   const std::vector<ChatEpisode>& episodes = router_->episodes();
   if (route.clustered) {  // every episode starts unbuilt; the single cache is dropped
     if (active_episode_ >= 0) policy_ = base_policy_->clone();
+    ws_->set_capture(false);
     episode_caches_.clear();
     active_episode_ = -1;
   }
@@ -259,6 +262,50 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
     cached_ids_.clear();
   }
   return route;
+}
+
+std::optional<EpisodeTraceStep> ChatSession::episode_trace_step(const ChatReply& reply) const {
+  if (!router_ || reply.route.episode < 0 || !router_->clustered()) return std::nullopt;
+  const std::vector<std::string>& texts = router_->window_texts();
+  std::vector<UtteranceWindow> windows;
+  std::vector<Embedding> embeddings;
+  size_t line = 0;
+  for (size_t w = 0; w < texts.size(); ++w) {
+    const auto lines = static_cast<size_t>(std::count(texts[w].begin(), texts[w].end(), '\n'));
+    windows.push_back({line, line + lines});
+    line += lines;
+    embeddings.push_back(router_->centre(router_->window_embeddings()[w]));
+  }
+  const std::vector<ChatEpisode>& episodes = router_->episodes();
+  EpisodeClustering clustering;
+  clustering.assignment = router_->assignment();
+  for (const ChatEpisode& e : episodes) {
+    clustering.centroids.push_back(e.centroid);
+    clustering.medoids.push_back(e.medoid);
+  }
+  // The routed turn is the last user message (the reply follows it in the history).
+  std::string query;
+  for (auto it = messages_.rbegin(); it != messages_.rend() && query.empty(); ++it)
+    if (it->role == "user") query = it->content;
+  EpisodeTraceStep step = make_episode_trace_step(windows, texts, embeddings, clustering,
+                                                  EpisodeRouter::utterance_line("user", query),
+                                                  reply.route.query, reply.route.episode);
+  step.turn = static_cast<int64_t>(messages_.size() / 2);
+  step.spec = policy_->spec();
+  step.budget = policy_->budget();
+  step.layers = model_.config.num_layers;
+  step.query.created = reply.route.created;
+  step.query.tau = router_->options().tau > 0 ? router_->options().tau : kNoNewEpisodes;
+  for (size_t e = 0; e < episodes.size(); ++e) {
+    EpisodeTraceEpisode& out = step.episodes[e];
+    const bool active = static_cast<int32_t>(e) == active_episode_;
+    const KvWorkingSet* ws = active ? ws_.get() : episode_caches_[e].ws.get();
+    const bool built = active || !episode_caches_[e].ids.empty();
+    out.cache_tokens = ws && built ? ws->tokens() : 0;
+    out.fed_tokens = episodes[e].fed_since_build;
+    out.built = active && (reply.route.clustered || reply.route.rebuild || reply.rebuilt);
+  }
+  return step;
 }
 
 std::string ChatSession::memory_note(const ChatReply& reply) const {

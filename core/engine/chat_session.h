@@ -22,6 +22,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@
 #include "core/policies/memory_policy.h"
 
 namespace engram {
+
+struct EpisodeTraceStep;  // core/policies/episode_trace.h
 
 // A memory policy by spec and budget (tokens of KV per layer; 0 = the policy's default).
 struct PolicyChoice {
@@ -86,6 +89,9 @@ class ChatSession {
   const EpisodeRouter* episodes() const { return router_.get(); }
   EpisodeRouter* episodes() { return router_.get(); }
   int32_t active_episode() const { return active_episode_; }
+  // The episodes panel's view of a routed turn (core/policies/episode_trace.h): windows, episodes
+  // with their cache sizes, the query; std::nullopt when the turn was not routed.
+  std::optional<EpisodeTraceStep> episode_trace_step(const ChatReply& reply) const;
 
   // Keeps the KV of tokens that leave attention until a store takes it (append-only persistence;
   // ConversationStore turns it on). Off by default: without a store nothing is kept.

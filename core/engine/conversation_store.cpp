@@ -353,7 +353,7 @@ int64_t ConversationStore::save(const std::string& name, ChatSession& session) {
   // episodes are stored instead (their caches are rebuilt from the text, episode_store.h).
   session.keep_for_store(true);
   int64_t stored_end = -1;
-  if (const EpisodeRouter* episodes = session.episodes()) {
+  if (const EpisodeRouter* episodes = session.episodes(); episodes && episodes->clustered()) {
     for (const char* kind : {kRunKind, kRunIdsKind, kManifestKind, kKvKind, kIdsKind})
       for (const auto& r : list_kind(blobs, id, kind))
         blobs.remove(r.key);
@@ -382,10 +382,9 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
   session.set_history(std::move(messages));
 
   const LoadedModel& model = session.model();
-  session.keep_for_store(true);  // later turns append what leaves attention
-  if (EpisodeRouter* episodes = session.episodes()) {
+  if (EpisodeRouter* episodes = session.episodes())
     out.episodes_restored = restore_episodes(db_, conversation->id, *episodes, model.fingerprint);
-  }
+  session.keep_for_store(true);  // later turns append what leaves attention
   const KvCacheShape shape = session.cache().shape();
   const at::ScalarType dtype = session.cache().dtype();
   const at::Device device = session.cache().device();
@@ -459,14 +458,11 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
     out.rebuild_cause = KvRebuildCause::kLayout;
   }
   if (out.open_ms == 0) out.open_ms = ms_since(t_open);
-  if (!out.kv_restored && session.episodes()) {
+  if (!out.kv_restored && out.episodes_restored) {
     out.rebuild_cause = KvRebuildCause::kEpisodic;
-    out.rebuild_reason =
-        out.episodes_restored
-            ? std::to_string(session.episodes()->episodes().size()) +
-                  " EpiCache episodes restored; a turn's episode cache is rebuilt from the text "
-                  "when it is first routed to"
-            : "no EpiCache episodes stored yet";
+    out.rebuild_reason = std::to_string(session.episodes()->episodes().size()) +
+                         " EpiCache episodes restored; a turn's episode cache is rebuilt from the "
+                         "text when it is first routed to";
   }
   if (!out.kv_restored) {
     log::info("conversation '" + name + "': " + out.rebuild_reason + "; rebuilding from text");

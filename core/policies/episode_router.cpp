@@ -132,7 +132,8 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
     route.clustered = true;
   }
   t0 = Clock::now();
-  const Embedding query = centre(embed(query_line));
+  route.query = centre(embed(query_line));
+  const Embedding& query = route.query;
   route.embed_ms += ms_since(t0);
   int32_t best = 0;
   for (size_t e = 0; e < episodes_.size(); ++e) {

@@ -50,6 +50,7 @@ struct EpisodeRoute {
   std::vector<int32_t> patch_changed;  // episodes whose patch_source changed
   double embed_ms = 0;                 // embedding new windows and the query (bench epicache)
   double cluster_ms = 0;               // k-means of a clustering or re-clustering
+  Embedding query;                     // the turn's embedding, centred (the centroids' space)
 };
 
 // Embeds one text (a window's lines or a query line) to a raw, not yet centred, vector.

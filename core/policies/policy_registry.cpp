@@ -138,6 +138,10 @@ const std::vector<PolicyDescription>& policy_catalog() {
       {"full", "every token stays in attention; stops at the model's positions", false},
       {"streaming", "StreamingLLM: attention sinks + the most recent tokens", true},
       {"snapkv", "SnapKV: each head keeps the keys the last 64 tokens attend to most", true},
+      {"epicache",
+       "EpiCache: the conversation clustered into episodes; each turn answered from its episode's "
+       "cache",
+       true},
       {"louiskv",
        "LouisKV: every token kept; decoding retrieves key clusters at semantic boundaries", false},
   };
@@ -145,7 +149,9 @@ const std::vector<PolicyDescription>& policy_catalog() {
 }
 
 const char* default_policy_spec() {
-  return "streaming";
+  // The best measured on long conversations (bench/results/2026-11-24-cpu-epicache: exact match
+  // above streaming and snapkv at every budget); it equals full KV while a chat fits its budget.
+  return "epicache";
 }
 
 std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
@@ -197,8 +203,8 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     auto decode = make_retrieval(spec, name, options);
     policy = std::make_unique<RetrievingPolicy>(std::make_unique<FullPolicy>(), std::move(decode));
   } else if (name == "epicache") {
-    // Not in the catalog (the app's menu) yet: only `eval conversation` clusters the history and
-    // sets each episode's patch; chat routing and write-back come later (issue 15).
+    // The episode variant's episodes are built by the caller: ChatSession (chat-time routing,
+    // core/policies/episode_router.h) or `eval conversation`.
     EpiCacheOptions o;
     o.episodes = std::max<int64_t>(1, take(options, "episodes", o.episodes));
     o.w_embed = std::max<int64_t>(1, take(options, "w_embed", o.w_embed));
@@ -225,7 +231,7 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     std::string names;
     for (const auto& d : policy_catalog())
       names += (names.empty() ? "" : ", ") + d.name;
-    names += ", epicache (eval conversation), h2o, pageretrieval, PREFILL+louiskv";
+    names += ", h2o, pageretrieval, PREFILL+louiskv";
     throw std::invalid_argument("unknown memory policy '" + name + "'; known: " + names);
   }
   reject_leftovers(spec, options);

@@ -19,7 +19,7 @@ struct PolicyDescription {
 
 // Every policy, in menu order.
 const std::vector<PolicyDescription>& policy_catalog();
-// The policy of a new chat: the best one measured (bench/results), `streaming` until EpiCache.
+// The policy of a new chat: the best one measured (bench/results): `epicache`.
 const char* default_policy_spec();
 
 // Throws std::invalid_argument naming the policies or the keys it knows.
