@@ -525,10 +525,10 @@ int run_bench_epicache(int argc, char** argv) {
     if (m != "epicache" && m != "prefix" && m != "full")
       throw UsageError("--methods takes epicache, prefix and full, not '" + m + "'");
   std::vector<int64_t> sweep;
-  for (const std::string& s : split_list(args.str("sweep", ""))) {
+  if (args.has("sweep")) {
     try {
-      sweep.push_back(std::stoll(s));
-    } catch (const std::exception&) {
+      sweep = parse_ids(args.str("sweep", ""));  // a comma list of integers
+    } catch (const UsageError&) {
       throw UsageError("--sweep takes token counts, e.g. 10000,25000,50000");
     }
   }
