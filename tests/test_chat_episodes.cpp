@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -18,8 +19,11 @@
 #include "core/engine/conversation_store.h"
 #include "core/engine/loaded_model.h"
 #include "core/env/conversation_generator.h"
+#include "core/policies/epicache_policy.h"
 #include "core/policies/episode_router.h"
 #include "core/policies/episode_trace.h"
+#include "core/policies/layer_budget.h"
+#include "core/policies/policy_registry.h"
 #include "storage/database.h"
 
 using namespace engram;
@@ -259,6 +263,36 @@ class ChatEpisodesTest : public QObject {
     QVERIFY2(routed.size() >= 2, "the turns all went to one episode");
     QVERIFY(resumed > 0);
     last_episodes_ = static_cast<int64_t>(session.episodes()->episodes().size());
+  }
+
+  void calibratedLayerBudgetsComeFromTheModelsCalibration() {
+    // Not calibrated: uniform budgets, and the session says how to calibrate.
+    ChatSession plain(*model_, {}, {"epicache:calibrated=1", 512});
+    QCOMPARE(plain.policy().budget(), int64_t{512});
+    QVERIFY(plain.policy_note().find("engram-cli calibrate") != std::string::npos);
+    // Calibrated: M_l from the measured cosines, L x 512 tokens in all; the working set holds
+    // the largest layer.
+    LayerCalibration c;
+    c.model_fingerprint = model_->fingerprint;
+    c.key_cosine.assign(static_cast<size_t>(model_->config.num_layers), 0.995);
+    c.key_cosine[2] = 0.98;
+    c.alpha = 1.0;
+    model_->layer_calibration = c;
+    ChatSession calibrated(*model_, {}, {"epicache:calibrated=1", 512});
+    model_->layer_calibration.reset();
+    const auto& epi = static_cast<const EpiCachePolicy&>(calibrated.policy());
+    const std::vector<int64_t> expected = allocate_layer_budgets(
+        c.key_cosine, 512, 1.0,
+        model_->config.max_positions - session_prefill_block(model_->config.max_positions));
+    QCOMPARE(epi.layer_budgets(), expected);
+    QCOMPARE(calibrated.policy().budget(), *std::max_element(expected.begin(), expected.end()));
+    QVERIFY(expected[2] > 512);
+    QVERIFY(calibrated.policy_note().find("calibrated layer budgets") != std::string::npos);
+    QVERIFY(calibrated.working_set().cache().capacity() >= expected[2]);
+    // It answers a turn past the budget (the layer budgets shape its plans).
+    for (const std::string& turn : user_turns(12))
+      (void)calibrated.reply(turn, greedy(8), {});
+    QVERIFY(calibrated.working_set().tokens() <= calibrated.policy().budget() + 512);
   }
 
   void episodesSurviveTheStoreAndRouteAsBefore() {

@@ -6,7 +6,9 @@
 
 #include "core/log.h"
 #include "core/model/model_error.h"
+#include "core/policies/epicache_policy.h"
 #include "core/policies/policy_registry.h"
+#include "storage/profile_paths.h"
 
 namespace engram::cli {
 
@@ -45,6 +47,15 @@ LoadedModel load_model_from_args(const Args& args, bool allow_shape) {
   };
   LoadedModel m = load_model(source, device, progress);
   if (tty && last_percent >= 0) std::fprintf(stderr, "\n");
+  // EpiCache's layer calibration of these weights, when `engram-cli calibrate` stored one.
+  const std::filesystem::path profile = args.has("profile")
+                                            ? std::filesystem::path(args.str("profile", ""))
+                                            : storage::default_profile_dir();
+  try {
+    m.layer_calibration = find_layer_calibration(profile, m.fingerprint, m.config.num_layers);
+  } catch (const LayerCalibrationError& e) {
+    std::fprintf(stderr, "warning: %s\n", e.what());
+  }
   std::fprintf(stderr, "loaded %s: %lld layers, %.1f M parameters, %s %s, %.2f s\n", m.name.c_str(),
                static_cast<long long>(m.config.num_layers), m.config.parameter_count() / 1e6,
                device.device.str().c_str(), c10::toString(device.compute_dtype), m.load_seconds);
@@ -89,6 +100,11 @@ std::unique_ptr<MemoryPolicy> policy_from_args(const Args& args, const std::stri
   auto policy =
       make_policy(choice.spec, choice.kv_budget, model.config.max_positions, block, &note);
   if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  if (auto* epi = dynamic_cast<EpiCachePolicy*>(policy.get())) {
+    note =
+        apply_layer_calibration(*epi, model.layer_calibration, model.config.max_positions - block);
+    if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  }
   return policy;
 }
 

@@ -378,6 +378,12 @@ ModelInfo Assistant::load(const ModelLoadRequest& request,
     throw ModelError(source.dir.string(),
                      "chat needs tokenizer.model or tokenizer.json in the model folder");
   }
+  try {  // EpiCache's layer calibration of these weights (`engram-cli calibrate`), if stored
+    model->layer_calibration =
+        find_layer_calibration(profile_dir(), model->fingerprint, model->config.num_layers);
+  } catch (const LayerCalibrationError& e) {
+    log::warn(e.what());
+  }
   ModelInfo info;
   info.name = model->name;
   info.dir = source.dir;

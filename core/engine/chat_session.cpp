@@ -25,6 +25,11 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyCh
   const ModelConfig& c = model.config;
   const int64_t block = session_prefill_block(c.max_positions);
   policy_ = make_policy(choice_.spec, choice_.kv_budget, c.max_positions, block, &policy_note_);
+  if (auto* epi = dynamic_cast<EpiCachePolicy*>(policy_.get())) {
+    const std::string note =
+        apply_layer_calibration(*epi, model.layer_calibration, c.max_positions - block);
+    if (!note.empty()) policy_note_ += (policy_note_.empty() ? "" : "; ") + note;
+  }
   const int64_t capacity = policy_->budget() > 0 ? policy_->budget() + block : 0;
   ws_ = std::make_unique<KvWorkingSet>(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim},
                                        capacity, model.decoder->dtype(), model.decoder->device(),

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "core/policies/layer_budget.h"
 #include "core/runtime/decoder.h"
 #include "core/runtime/device.h"
 #include "core/tokenizer/chat_template.h"
@@ -36,6 +37,9 @@ struct LoadedModel {
   std::string fingerprint;  // identifies weights + RoPE settings (for stored KV); for a shape,
                             // "shape:NAME:seedS:" + a hash of the random weights' bytes
   double load_seconds = 0;
+  // EpiCache's layer sensitivity measured for these weights (`engram-cli calibrate`, stored in
+  // the profile by fingerprint); set by whoever knows the profile (CLI, Assistant), else empty.
+  std::optional<LayerCalibration> layer_calibration;
 };
 
 // Throws ModelError (bad folder or tokenizer, unknown shape, a tokenizer with more pieces than

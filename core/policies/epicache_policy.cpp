@@ -34,6 +34,7 @@ std::string EpiCachePolicy::spec() const {
   add("tau", options_.tau_percent, d.tau_percent);
   add("max_episodes", options_.max_episodes, d.max_episodes);
   add("rebuild", options_.rebuild_tokens, d.rebuild_tokens);
+  add("calibrated", options_.calibrated, d.calibrated);
   if (!layer_budgets_.empty()) {  // last: the list's commas read up to the next key=value
     out += (out.empty() ? "" : ",") + std::string("layers=");
     for (size_t l = 0; l < layer_budgets_.size(); ++l)
@@ -202,6 +203,28 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
                 std::to_string(std::min(tail_rule, target)) +
                 (layer_budgets_.empty() ? "" : ", layer budgets");
   return plan;
+}
+
+std::string apply_layer_calibration(EpiCachePolicy& policy,
+                                    const std::optional<LayerCalibration>& calibration,
+                                    int64_t most_slots) {
+  if (!policy.options().calibrated) return {};
+  if (!calibration) {
+    return "epicache: this model has no layer calibration (run engram-cli calibrate --model DIR); "
+           "uniform layer budgets";
+  }
+  const int64_t m = policy.budget();
+  std::vector<int64_t> budgets = allocate_layer_budgets(
+      calibration->key_cosine, m, calibration->alpha, std::max(m, most_slots));
+  const auto [low, high] = std::minmax_element(budgets.begin(), budgets.end());
+  const int64_t slots = *high;
+  std::string note = "epicache: calibrated layer budgets " + std::to_string(*low) + ".." +
+                     std::to_string(slots) + " tokens (" + std::to_string(budgets.size()) +
+                     " layers x " + std::to_string(m) + " in all); " + std::to_string(slots) +
+                     " slots per layer";
+  policy.set_layer_budgets(std::move(budgets));
+  policy.set_budget(slots);
+  return note;
 }
 
 }  // namespace engram

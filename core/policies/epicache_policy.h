@@ -37,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "core/policies/layer_budget.h"
 #include "core/policies/memory_policy.h"
 
 namespace engram {
@@ -56,6 +57,9 @@ struct EpiCacheOptions {
   int64_t tau_percent = 0;     // a new episode when the best cosine < tau_percent / 100
   int64_t max_episodes = 8;    // no new episode beyond this many
   int64_t rebuild_tokens = 0;  // re-cluster + rebuild an episode fed more; 0 = budget + block
+  // calibrated=1: the session sets layer budgets from the model's stored calibration
+  // (apply_layer_calibration(); `engram-cli calibrate`), keeping L·budget tokens in all.
+  bool calibrated = false;
 };
 
 class EpiCachePolicy : public MemoryPolicy {
@@ -102,6 +106,15 @@ class EpiCachePolicy : public MemoryPolicy {
   std::vector<int64_t> layer_budgets_;
   std::vector<at::Tensor> scores_;  // per layer [kv_heads, scored slots]; -inf on empty slots
 };
+
+// Option calibrated=1 (§3.2): layer budgets M_l from the model's measured sensitivity
+// (allocate_layer_budgets with the calibration's α), L·budget tokens in all, no layer above
+// `most_slots`; the policy's budget becomes max M_l, the slots a rectangular working set needs
+// per layer. Returns a note for the person (the budgets, or that the model is not calibrated);
+// empty when the option is off.
+std::string apply_layer_calibration(EpiCachePolicy& policy,
+                                    const std::optional<LayerCalibration>& calibration,
+                                    int64_t most_slots);
 
 // Eq. 3 from one layer's probabilities: probs [1, Hq, R, T] of R probe rows over T keys, the
 // first `cached` of which are scored. `renormalise`: softmax over the cached keys only.

@@ -224,6 +224,7 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     o.tau_percent = take(options, "tau", o.tau_percent);
     o.max_episodes = std::max<int64_t>(1, take(options, "max_episodes", o.max_episodes));
     o.rebuild_tokens = std::max<int64_t>(0, take(options, "rebuild", o.rebuild_tokens));
+    o.calibrated = take(options, "calibrated", 0) != 0;
     auto epicache = std::make_unique<EpiCachePolicy>(o);
     epicache->set_layer_budgets(std::move(layer_budgets));
     policy = std::move(epicache);
