@@ -71,7 +71,7 @@ LoadedModel load_text_model_from_args(const Args& args, const std::string& comma
 }
 
 std::set<std::string> policy_flags() {
-  return {"policy", "kv-budget"};
+  return {"policy", "kv-budget", "profile"};  // the profile holds the layer calibration
 }
 
 PolicyChoice policy_choice_from_args(const Args& args, const std::string& fallback) {
