@@ -1,22 +1,19 @@
 #include "core/policies/episode_trace.h"
 
-#include <unistd.h>
-
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
 #include "core/policies/recompute_trace.h"
-#include "storage/durable_file.h"
+#include "core/policies/trace_json.h"
 
 namespace engram {
 namespace {
 
 using nlohmann::json;
+using namespace trace_json;
 
 // Power iteration: enough rounds for a picture (the panel projects every step it shows, on the
 // UI thread: 300 rounds over 1,000 windows of 1,024 dimensions is ~0.6 GFLOP); the start vector
@@ -25,66 +22,6 @@ using nlohmann::json;
 constexpr int kPowerIterations = 300;
 constexpr double kPowerTolerance = 1e-10;
 constexpr double kNoSpread = 1e-12;  // variance below this along an axis: no axis
-
-// Reading: every error names the JSON path of the field ("steps[2].episodes[0].members").
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
-  throw std::runtime_error(where + ": " + what);
-}
-
-const json& field(const json& object, const char* key, const std::string& where) {
-  if (!object.is_object()) bad(where, "expected an object");
-  const auto it = object.find(key);
-  if (it == object.end()) bad(where + "." + key, "missing");
-  return *it;
-}
-
-int64_t integer(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_number_integer()) bad(where + "." + key, "expected an integer");
-  return v.get<int64_t>();
-}
-
-double number(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_number()) bad(where + "." + key, "expected a number");
-  return v.get<double>();
-}
-
-std::string text(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_string()) bad(where + "." + key, "expected a string");
-  return v.get<std::string>();
-}
-
-bool boolean(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_boolean()) bad(where + "." + key, "expected true or false");
-  return v.get<bool>();
-}
-
-const json& array(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_array()) bad(where + "." + key, "expected an array");
-  return v;
-}
-
-std::vector<int64_t> integers(const json& object, const char* key, const std::string& where) {
-  std::vector<int64_t> out;
-  for (const json& x : array(object, key, where)) {
-    if (!x.is_number_integer()) bad(where + "." + key, "expected an array of integers");
-    out.push_back(x.get<int64_t>());
-  }
-  return out;
-}
-
-std::vector<double> numbers(const json& object, const char* key, const std::string& where) {
-  std::vector<double> out;
-  for (const json& x : array(object, key, where)) {
-    if (!x.is_number()) bad(where + "." + key, "expected an array of numbers");
-    out.push_back(x.get<double>());
-  }
-  return out;
-}
 
 Embedding floats(const json& object, const char* key, const std::string& where) {
   Embedding out;
@@ -382,14 +319,7 @@ void to_json(nlohmann::json& j, const EpisodeTrace& trace) {
 }
 
 void from_json(const nlohmann::json& j, EpisodeTrace& trace) {
-  if (!j.is_object()) bad("(top)", "expected an object");
-  const std::string format = text(j, "format", "(top)");
-  if (format != kEpisodeTraceFormat)
-    bad("format", "expected \"" + std::string(kEpisodeTraceFormat) + "\", got \"" + format + "\"");
-  const int64_t version = integer(j, "version", "(top)");
-  if (version != kEpisodeTraceVersion)
-    bad("version", std::to_string(version) + " is not supported (this build reads " +
-                       std::to_string(kEpisodeTraceVersion) + ")");
+  check_format(j, kEpisodeTraceFormat, kEpisodeTraceVersion);
   EpisodeTrace out;
   out.model = text(j, "model", "(top)");
   const json& steps = array(j, "steps", "(top)");
@@ -399,35 +329,11 @@ void from_json(const nlohmann::json& j, EpisodeTrace& trace) {
 }
 
 void write_episode_trace(const std::filesystem::path& path, const EpisodeTrace& trace) {
-  const std::filesystem::path final_path = std::filesystem::absolute(path);
-  std::filesystem::path temp = final_path;
-  temp += ".tmp." + std::to_string(::getpid());
-  storage::remove_file_quietly(temp);  // ours, left by a run of the same pid that died
-  json j = trace;
-  const std::string bytes = j.dump() + "\n";
-  storage::write_file_durably(
-      temp, final_path,
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
-      "episode trace");
+  write_json_file(path, json(trace), "episode trace");
 }
 
 EpisodeTrace read_episode_trace(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("episode trace " + path.string() + ": cannot be opened");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error("episode trace " + path.string() + ": not JSON (byte " +
-                             std::to_string(e.byte) + "): " + e.what());
-  }
-  try {
-    return j.get<EpisodeTrace>();
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error("episode trace " + path.string() + ": " + e.what());
-  }
+  return read_json_as<EpisodeTrace>(path, "episode trace");
 }
 
 PlanePoint PlaneProjection::apply(const Embedding& v) const {

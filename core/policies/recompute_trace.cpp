@@ -1,72 +1,16 @@
 #include "core/policies/recompute_trace.h"
 
-#include <unistd.h>
-
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <stdexcept>
 
-#include "storage/durable_file.h"
+#include "core/policies/trace_json.h"
 
 namespace engram {
 namespace {
 
 using nlohmann::json;
-
-// Reading: every error names the JSON path of the field ("steps[2].layers[0].units").
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
-  throw std::runtime_error(where + ": " + what);
-}
-
-const json& field(const json& object, const char* key, const std::string& where) {
-  if (!object.is_object()) bad(where, "expected an object");
-  const auto it = object.find(key);
-  if (it == object.end()) bad(where + "." + key, "missing");
-  return *it;
-}
-
-int64_t integer(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_number_integer()) bad(where + "." + key, "expected an integer");
-  return v.get<int64_t>();
-}
-
-std::string text(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_string()) bad(where + "." + key, "expected a string");
-  return v.get<std::string>();
-}
-
-bool boolean(const json& object, const char* key, const std::string& where) {
-  const json& v = field(object, key, where);
-  if (!v.is_boolean()) bad(where + "." + key, "expected true or false");
-  return v.get<bool>();
-}
-
-const json& array(const json& v, const std::string& where) {
-  if (!v.is_array()) bad(where, "expected an array");
-  return v;
-}
-
-std::vector<int64_t> integers(const json& v, const std::string& where) {
-  std::vector<int64_t> out;
-  for (const json& x : array(v, where)) {
-    if (!x.is_number_integer()) bad(where, "expected an array of integers");
-    out.push_back(x.get<int64_t>());
-  }
-  return out;
-}
-
-std::vector<double> numbers(const json& v, const std::string& where) {
-  std::vector<double> out;
-  for (const json& x : array(v, where)) {
-    if (!x.is_number()) bad(where, "expected an array of numbers");
-    out.push_back(x.get<double>());
-  }
-  return out;
-}
+using namespace trace_json;
 
 json attention_json(const UnitAttention& a) {
   return {{"units", a.units}, {"from_query", a.from_query}, {"from_unit", a.from_unit}};
@@ -74,11 +18,11 @@ json attention_json(const UnitAttention& a) {
 
 UnitAttention attention_of(const json& j, const std::string& where) {
   UnitAttention a;
-  a.units = integers(field(j, "units", where), where + ".units");
-  a.from_query = numbers(field(j, "from_query", where), where + ".from_query");
-  const json& rows = array(field(j, "from_unit", where), where + ".from_unit");
+  a.units = integers_of(field(j, "units", where), where + ".units");
+  a.from_query = numbers_of(field(j, "from_query", where), where + ".from_query");
+  const json& rows = array_of(field(j, "from_unit", where), where + ".from_unit");
   for (size_t r = 0; r < rows.size(); ++r)
-    a.from_unit.push_back(numbers(rows[r], where + ".from_unit[" + std::to_string(r) + "]"));
+    a.from_unit.push_back(numbers_of(rows[r], where + ".from_unit[" + std::to_string(r) + "]"));
   const size_t n = a.units.size();
   if (a.from_query.size() != n || a.from_unit.size() != n)
     bad(where, "from_query and from_unit must have one entry per unit (" + std::to_string(n) + ")");
@@ -103,18 +47,18 @@ TraceUnit unit_of(const json& j, const std::string& where) {
 TraceLayer layer_of(const json& j, const std::string& where) {
   TraceLayer l;
   l.layer = integer(j, "layer", where);
-  l.units = integers(field(j, "units", where), where + ".units");
-  l.unit_rows = integers(field(j, "unit_rows", where), where + ".unit_rows");
+  l.units = integers_of(field(j, "units", where), where + ".units");
+  l.unit_rows = integers_of(field(j, "unit_rows", where), where + ".unit_rows");
   if (l.unit_rows.size() != l.units.size())
     bad(where + ".unit_rows", "expected one count per entry of units");
   l.query = boolean(j, "query", where);
   l.rows = integer(j, "rows", where);
-  const json& hops = array(field(j, "hops", where), where + ".hops");
+  const json& hops = array_of(field(j, "hops", where), where + ".hops");
   for (size_t h = 0; h < hops.size(); ++h) {
     const std::string at = where + ".hops[" + std::to_string(h) + "]";
     ImportanceHop hop;
-    hop.relevant = integers(field(hops[h], "relevant", at), at + ".relevant");
-    hop.scores = numbers(field(hops[h], "scores", at), at + ".scores");
+    hop.relevant = integers_of(field(hops[h], "relevant", at), at + ".relevant");
+    hop.scores = numbers_of(field(hops[h], "scores", at), at + ".scores");
     l.hops.push_back(std::move(hop));
   }
   l.attention = attention_of(field(j, "attention", where), where + ".attention");
@@ -130,10 +74,10 @@ TraceStep step_of(const json& j, const std::string& where) {
   s.prefix_tokens = integer(j, "prefix_tokens", where);
   s.query_tokens = integer(j, "query_tokens", where);
   s.total_tokens = integer(j, "total_tokens", where);
-  const json& units = array(field(j, "units", where), where + ".units");
+  const json& units = array_of(field(j, "units", where), where + ".units");
   for (size_t u = 0; u < units.size(); ++u)
     s.units.push_back(unit_of(units[u], where + ".units[" + std::to_string(u) + "]"));
-  const json& layers = array(field(j, "layers", where), where + ".layers");
+  const json& layers = array_of(field(j, "layers", where), where + ".layers");
   for (size_t l = 0; l < layers.size(); ++l)
     s.layers.push_back(layer_of(layers[l], where + ".layers[" + std::to_string(l) + "]"));
   return s;
@@ -241,52 +185,21 @@ void to_json(nlohmann::json& j, const RecomputeTrace& trace) {
 }
 
 void from_json(const nlohmann::json& j, RecomputeTrace& trace) {
-  if (!j.is_object()) bad("(top)", "expected an object");
-  if (text(j, "format", "(top)") != kRecomputeTraceFormat)
-    bad("format", "expected \"" + std::string(kRecomputeTraceFormat) + "\", got \"" +
-                      j["format"].get<std::string>() + "\"");
-  const int64_t version = integer(j, "version", "(top)");
-  if (version != kRecomputeTraceVersion)
-    bad("version", std::to_string(version) + " is not supported (this build reads " +
-                       std::to_string(kRecomputeTraceVersion) + ")");
+  check_format(j, kRecomputeTraceFormat, kRecomputeTraceVersion);
   RecomputeTrace out;
   out.model = text(j, "model", "(top)");
-  const json& steps = array(field(j, "steps", "(top)"), "steps");
+  const json& steps = array_of(field(j, "steps", "(top)"), "steps");
   for (size_t s = 0; s < steps.size(); ++s)
     out.steps.push_back(step_of(steps[s], "steps[" + std::to_string(s) + "]"));
   trace = std::move(out);
 }
 
 void write_recompute_trace(const std::filesystem::path& path, const RecomputeTrace& trace) {
-  const std::filesystem::path final_path = std::filesystem::absolute(path);
-  std::filesystem::path temp = final_path;
-  temp += ".tmp." + std::to_string(::getpid());
-  storage::remove_file_quietly(temp);  // ours, left by a run of the same pid that died
-  json j = trace;
-  const std::string bytes = j.dump() + "\n";
-  storage::write_file_durably(
-      temp, final_path,
-      std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
-      "recompute trace");
+  write_json_file(path, json(trace), "recompute trace");
 }
 
 RecomputeTrace read_recompute_trace(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("recompute trace " + path.string() + ": cannot be opened");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(buffer.str());
-  } catch (const json::parse_error& e) {
-    throw std::runtime_error("recompute trace " + path.string() + ": not JSON (byte " +
-                             std::to_string(e.byte) + "): " + e.what());
-  }
-  try {
-    return j.get<RecomputeTrace>();
-  } catch (const std::runtime_error& e) {
-    throw std::runtime_error("recompute trace " + path.string() + ": " + e.what());
-  }
+  return read_json_as<RecomputeTrace>(path, "recompute trace");
 }
 
 }  // namespace engram
