@@ -50,7 +50,8 @@ int run_bench(int argc, char** argv) {
   (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
   const auto pos = args.positional();
   if (pos.size() != 1 || (pos[0] != "prefill" && pos[0] != "decode")) {
-    throw UsageError("bench needs a mode: prefill, decode, restore, pages, oxygen, keep or epicache");
+    throw UsageError(
+        "bench needs a mode: prefill, decode, restore, pages, oxygen, keep or epicache");
   }
   const std::string mode = pos[0];
   const int64_t tokens = args.integer("tokens", 4096);
