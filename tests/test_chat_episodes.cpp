@@ -75,17 +75,7 @@ GenerationOptions greedy(int64_t tokens = 16) {
 }
 
 std::vector<std::string> user_turns(size_t n) {
-  std::vector<std::string> out;
-  for (uint64_t seed = env::kHeldOutSeedBase + 700; out.size() < n; ++seed) {
-    env::ConversationConfig c;
-    c.seed = seed;
-    for (const env::Utterance& u : env::generate_conversation(c).utterances) {
-      if (u.speaker != env::kUserSpeaker) continue;
-      out.push_back(u.text);
-      if (out.size() == n) break;
-    }
-  }
-  return out;
+  return env::user_turns(env::kHeldOutSeedBase + 700, n);
 }
 
 // The last turn's prompt: the conversation before the reply, with the generation prompt.

@@ -30,19 +30,8 @@ namespace {
 const fs::path kModelDir =
     fs::path(ENGRAM_TEST_DATA) / ".." / ".." / "resources" / "models" / "engram-tiny";
 
-// The user's lines of held-out conversations, in order, until `n`.
 std::vector<std::string> user_turns(size_t n) {
-  std::vector<std::string> out;
-  for (uint64_t seed = env::kHeldOutSeedBase + 500; out.size() < n; ++seed) {
-    env::ConversationConfig c;
-    c.seed = seed;
-    for (const env::Utterance& u : env::generate_conversation(c).utterances) {
-      if (u.speaker != env::kUserSpeaker) continue;
-      out.push_back(u.text);
-      if (out.size() == n) break;
-    }
-  }
-  return out;
+  return env::user_turns(env::kHeldOutSeedBase + 500, n);
 }
 
 // Bytes this process has passed to write(2) so far (/proc/self/io "wchar"): blob files, SQLite

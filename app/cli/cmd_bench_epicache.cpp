@@ -162,27 +162,27 @@ class PeakMemory {
     return device_.index() < 0 ? 0 : device_.index();
   }
   int64_t current() const {
-#ifdef ENGRAM_WITH_CUDA
-    if (device_.is_cuda()) {
-      return static_cast<int64_t>(
-          c10::cuda::CUDACachingAllocator::getDeviceStats(index()).allocated_bytes[0].current);
-    }
-#endif
-#if TORCH_VERSION_MAJOR < 2
-    if (!device_.is_cuda()) return CountingCpuAllocator::install().current();
-#endif
-    return -1;
+    return allocated(/*peak=*/false);
   }
   int64_t peak() const {
+    return allocated(/*peak=*/true);
+  }
+  // Bytes allocated now or at the peak since the last reset; -1 where nothing counts them.
+  int64_t allocated(bool peak) const {
 #ifdef ENGRAM_WITH_CUDA
     if (device_.is_cuda()) {
-      return static_cast<int64_t>(
-          c10::cuda::CUDACachingAllocator::getDeviceStats(index()).allocated_bytes[0].peak);
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index());
+      const auto& bytes = stats.allocated_bytes[0];
+      return static_cast<int64_t>(peak ? bytes.peak : bytes.current);
     }
 #endif
 #if TORCH_VERSION_MAJOR < 2
-    if (!device_.is_cuda()) return CountingCpuAllocator::install().peak();
+    if (!device_.is_cuda()) {
+      const auto& counter = CountingCpuAllocator::install();
+      return peak ? counter.peak() : counter.current();
+    }
 #endif
+    (void)peak;
     return -1;
   }
   at::Device device_;
@@ -229,20 +229,6 @@ std::vector<ChatMessage> world_history(const LoadedModel& model, int64_t target)
       }
     }
   }
-}
-
-// T user turns from held-out conversations (another split than the history's).
-std::vector<std::string> world_turns(int64_t count) {
-  std::vector<std::string> turns;
-  for (uint64_t i = 0; static_cast<int64_t>(turns.size()) < count; ++i) {
-    env::ConversationConfig config;
-    config.seed = env::kHeldOutSeedBase + i;
-    for (const env::Utterance& u : env::generate_conversation(config).utterances) {
-      if (u.speaker == env::kUserSpeaker && static_cast<int64_t>(turns.size()) < count)
-        turns.push_back(u.text);
-    }
-  }
-  return turns;
 }
 
 // One stage of Table 3: total time and how many times it ran.
@@ -509,11 +495,8 @@ int run_bench_epicache(int argc, char** argv) {
   const Args args(argc, argv, 2, with_value, {});
   if (args.positional() != std::vector<std::string>{"epicache"})
     throw UsageError("bench epicache takes no other positional arguments");
+  require_model_or_shape(args, "bench epicache");
   const bool use_shape = args.has("shape");
-  if (args.has("model") == use_shape)
-    throw UsageError("bench epicache needs --model DIR or --shape NAME --tokenizer FILE");
-  if (use_shape != args.has("tokenizer"))
-    throw UsageError("--tokenizer FILE goes with --shape (a model folder has its own)");
   const int64_t turn_count = args.integer("turns", 300);
   const int64_t budget = args.integer("kv-budget", 8192);
   const int64_t decode_tokens = args.integer("decode-tokens", 32);
@@ -538,21 +521,11 @@ int run_bench_epicache(int argc, char** argv) {
   if (args.has("log-level")) log::set_level(log::parse_level(args.str("log-level", "warn")));
   const DeviceChoice device = choose_device(args.str("device", "auto"), args.str("dtype", "auto"));
   PeakMemory memory(device.device);  // before the weights load, so they count on the CPU too
-  LoadedModel model;
-  if (use_shape) {
-    ModelSource source;
-    source.shape = args.str("shape", "");
-    source.tokenizer = args.str("tokenizer", "");
-    source.seed = static_cast<uint64_t>(args.integer("seed", 0));
-    model = load_model(source, device, {});
-    std::fprintf(stderr, "loaded %s (%s, %s) in %.1f s\n", model.name.c_str(),
-                 model.decoder->device().str().c_str(), c10::toString(model.decoder->dtype()),
-                 model.load_seconds);
-  } else {
-    model = load_text_model_from_args(args, "bench epicache");  // says what it loaded
-  }
+  LoadedModel model = load_model_or_shape(args, "bench epicache", device);
 
-  const std::vector<std::string> turns = world_turns(turn_count);
+  // Held-out conversations: another split than the history's.
+  const std::vector<std::string> turns =
+      env::user_turns(env::kHeldOutSeedBase, static_cast<size_t>(turn_count));
   // Room the turns take in a full-KV stream: each turn, its reply of D tokens, their templates.
   const int64_t overhead = message_overhead(model);
   int64_t turn_room = 0;

@@ -112,11 +112,8 @@ int run_bench_oxygen(int argc, char** argv) {
   const Args args(argc, argv, 2, with_value, {"no-prefix-reuse"});
   if (args.positional() != std::vector<std::string>{"oxygen"})
     throw UsageError("bench oxygen takes no other positional arguments");
+  require_model_or_shape(args, "bench oxygen");
   const bool use_shape = args.has("shape");
-  if (args.has("model") == use_shape)
-    throw UsageError("bench oxygen needs --model DIR or --shape NAME --tokenizer FILE");
-  if (use_shape != args.has("tokenizer"))
-    throw UsageError("--tokenizer FILE goes with --shape (a model folder has its own)");
   const std::string mode = args.str("mode", "both");
   if (mode != "unified" && mode != "isolated" && mode != "both")
     throw UsageError("--mode is unified, isolated or both");
@@ -144,21 +141,8 @@ int run_bench_oxygen(int argc, char** argv) {
   const int64_t warmup = args.integer("warmup", 2);
   const int64_t repeat = std::max<int64_t>(1, args.integer("repeat", 1));
 
-  if (args.has("log-level")) log::set_level(log::parse_level(args.str("log-level", "warn")));
-  LoadedModel model;
-  if (use_shape) {
-    ModelSource source;
-    source.shape = args.str("shape", "");
-    source.tokenizer = args.str("tokenizer", "");
-    source.seed = static_cast<uint64_t>(args.integer("seed", 0));
-    model = load_model(source, choose_device(args.str("device", "auto"), args.str("dtype", "auto")),
-                       {});
-  } else {
-    model = load_text_model_from_args(args, "bench oxygen");
-  }
-  std::fprintf(stderr, "loaded %s (%s, %s) in %.1f s\n", model.name.c_str(),
-               model.decoder->device().str().c_str(), c10::toString(model.decoder->dtype()),
-               model.load_seconds);
+  const LoadedModel model = load_model_or_shape(
+      args, "bench oxygen", choose_device(args.str("device", "auto"), args.str("dtype", "auto")));
   std::unique_ptr<TraceFileWriter> trace;
   if (args.has("trace")) trace = std::make_unique<TraceFileWriter>(args.str("trace", ""));
 

@@ -70,6 +70,29 @@ LoadedModel load_text_model_from_args(const Args& args, const std::string& comma
   return m;
 }
 
+void require_model_or_shape(const Args& args, const std::string& command) {
+  const bool use_shape = args.has("shape");
+  if (args.has("model") == use_shape)
+    throw UsageError(command + " needs --model DIR or --shape NAME --tokenizer FILE");
+  if (use_shape != args.has("tokenizer"))
+    throw UsageError("--tokenizer FILE goes with --shape (a model folder has its own)");
+}
+
+LoadedModel load_model_or_shape(const Args& args, const std::string& command,
+                                const DeviceChoice& device) {
+  if (!args.has("shape")) return load_text_model_from_args(args, command);  // says what it loaded
+  if (args.has("log-level")) log::set_level(log::parse_level(args.str("log-level", "warn")));
+  ModelSource source;
+  source.shape = args.str("shape", "");
+  source.tokenizer = args.str("tokenizer", "");
+  source.seed = static_cast<uint64_t>(args.integer("seed", 0));
+  LoadedModel model = load_model(source, device, {});
+  std::fprintf(stderr, "loaded %s (%s, %s) in %.1f s\n", model.name.c_str(),
+               model.decoder->device().str().c_str(), c10::toString(model.decoder->dtype()),
+               model.load_seconds);
+  return model;
+}
+
 std::set<std::string> policy_flags() {
   return {"policy", "kv-budget", "profile"};  // the profile holds the layer calibration
 }

@@ -30,5 +30,11 @@ std::unique_ptr<KvWorkingSet> working_set_for(const MemoryPolicy& policy, const 
 // A --model folder for a command that works on text (encodes prompts): its tokenizer.model is
 // (or tokenizer.json) is required, the error names `command`.
 LoadedModel load_text_model_from_args(const Args& args, const std::string& command);
+// Benches that run on a checkpoint or on a named shape's random weights with a tokenizer file:
+// refuses anything but `--model DIR` or `--shape NAME --tokenizer FILE` (UsageError naming
+// `command`), then loads on `device` and says what it loaded.
+void require_model_or_shape(const Args& args, const std::string& command);
+LoadedModel load_model_or_shape(const Args& args, const std::string& command,
+                                const DeviceChoice& device);
 
 }  // namespace engram::cli

@@ -151,9 +151,7 @@ ChatReply ChatSession::regenerate(const GenerationOptions& options,
   }
 }
 
-std::unique_ptr<MemoryPolicy> ChatSession::episode_policy(const std::string& patch_source) const {
-  auto policy = base_policy_->clone();
-  static_cast<EpiCachePolicy&>(*policy).set_patch({});
+std::vector<int64_t> ChatSession::episode_patch(const std::string& patch_source) const {
   // The patch is forwarded beside a prefill block in the fixed working set: a long window is
   // cut (at a character count, re-encoded) to a quarter of a block.
   const int64_t most = session_prefill_block(model_.config.max_positions) / 4;
@@ -166,16 +164,18 @@ std::unique_ptr<MemoryPolicy> ChatSession::episode_policy(const std::string& pat
     if (static_cast<int64_t>(ids.size()) <= most || source.empty()) break;
     source.resize(source.size() * static_cast<size_t>(most) / ids.size() * 9 / 10);
   }
-  static_cast<EpiCachePolicy&>(*policy).set_patch(std::move(ids));
+  return ids;
+}
+
+std::unique_ptr<MemoryPolicy> ChatSession::episode_policy(const std::string& patch_source) const {
+  auto policy = base_policy_->clone();
+  static_cast<EpiCachePolicy&>(*policy).set_patch(episode_patch(patch_source));
   return policy;
 }
 
 void ChatSession::set_episode_patch(int32_t episode, const std::string& patch_source) {
-  auto fresh = episode_policy(patch_source);
-  std::unique_ptr<MemoryPolicy>& target =
-      episode == active_episode_ ? policy_ : episode_caches_[episode].policy;
-  static_cast<EpiCachePolicy&>(*target).set_patch(
-      static_cast<EpiCachePolicy&>(*fresh).patch_tokens());
+  MemoryPolicy& target = episode == active_episode_ ? *policy_ : *episode_caches_[episode].policy;
+  static_cast<EpiCachePolicy&>(target).set_patch(episode_patch(patch_source));
 }
 
 void ChatSession::switch_episode(int32_t episode) {

@@ -353,4 +353,18 @@ int64_t conversation_tokens(const Conversation& c) {
   return history_tokens(c.utterances, 0, c.utterances.size());
 }
 
+std::vector<std::string> user_turns(uint64_t first_seed, size_t count) {
+  std::vector<std::string> out;
+  for (uint64_t seed = first_seed; out.size() < count; ++seed) {
+    ConversationConfig c;
+    c.seed = seed;
+    for (const Utterance& u : generate_conversation(c).utterances) {
+      if (u.speaker != kUserSpeaker) continue;
+      out.push_back(u.text);
+      if (out.size() == count) break;
+    }
+  }
+  return out;
+}
+
 }  // namespace engram::env

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/env/conversation_record.h"
 
@@ -31,5 +33,9 @@ Conversation generate_conversation(const ConversationConfig& config);
 
 // estimate_tokens() of the whole rendered history.
 int64_t conversation_tokens(const Conversation& c);
+
+// The user's lines of the conversations of seeds first_seed, first_seed + 1, ... (default
+// configuration), in order, until `count`: real-length chat turns for tests and benches.
+std::vector<std::string> user_turns(uint64_t first_seed, size_t count);
 
 }  // namespace engram::env
