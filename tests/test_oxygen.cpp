@@ -9,8 +9,10 @@
 #include "app/cli/oxygen_household.h"
 #include "core/engine/batched_decode.h"
 #include "core/engine/frame_loop.h"
+#include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
 #include "core/kv/cache_kv_source.h"
+#include "core/runtime/static_decode_step.h"
 #include "core/trace/engine_observer.h"
 #include "gpu/device_timeline.h"
 #include "support/fixture_models.h"
@@ -151,6 +153,100 @@ class OxygenTest : public QObject {
     batch.unbatch();
   }
 
+  // The batch's rows are fixed slots: a finished member's row waits without growing, a member
+  // that leaves frees its row, one that joins takes it and the storage stays, so the recorded
+  // step (its code runs directly on the CPU) is recorded once; every member gets the tokens it
+  // gets alone, and so does a request decoded alone through a recorded batch-1 step.
+  void fixedRowsRecordedStepEqualsAlone() {
+    const Decoder& d = decoder();
+    const std::vector<std::vector<int64_t>> prompts = {
+        test::token_ids(9, 1), test::token_ids(17, 2), test::token_ids(6, 3),
+        test::token_ids(10, 4)};
+    const std::vector<int64_t> limits = {8, 3, 8, 8};  // request 1 is done after 3 tokens
+    gpu::DeviceTimeline timeline(d.device());
+    std::vector<std::shared_ptr<GenerationState>> alone, together, solo;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      alone.push_back(prefilled(d, static_cast<int64_t>(i), prompts[i], limits[i]));
+      together.push_back(prefilled(d, static_cast<int64_t>(i), prompts[i], limits[i]));
+      solo.push_back(prefilled(d, static_cast<int64_t>(i), prompts[i], limits[i]));
+      alone[i]->decode_alone(d, limits[i], timeline, nullptr);
+    }
+    StaticDecodeStep solo_step(d, *solo[0]->kv());
+    for (size_t i = 0; i < solo.size(); ++i) {
+      solo[i]->decode_alone(d, limits[i], timeline, nullptr, &solo_step);
+      QCOMPARE(solo[i]->tokens(), alone[i]->tokens());
+    }
+
+    BatchedStates batch({together[0], together[1], together[2]}, 4);
+    batch.set_recorded_step(BatchedStates::RecordedStep::kAlways);
+    QCOMPARE(batch.kv()->batch(), int64_t{4});  // rows in powers of two: one is free
+    const void* storage = batch.kv()->keys(0).data_ptr();
+    for (int i = 0; i < 3; ++i)
+      batch.step(d, timeline, nullptr);
+    QVERIFY(together[1]->done());
+    const int64_t waiting = batch.kv()->lengths()[1];
+    batch.step(d, timeline, nullptr);
+    QCOMPARE(batch.kv()->lengths()[1], waiting);
+    QCOMPARE(batch.kv()->lengths()[3], int64_t{0});  // the free row too
+    batch.rebatch({together[0], together[2], together[3]}, 4);
+    QCOMPARE(batch.rows(), int64_t{3});
+    QCOMPARE(together[1]->location(), StateLocation::kReleased);
+    QCOMPARE(together[3]->location(), StateLocation::kBatched);
+    QCOMPARE(batch.kv()->keys(0).data_ptr(), storage);
+    while (batch.active_rows() > 0)
+      batch.step(d, timeline, nullptr);
+    QCOMPARE(batch.recordings(), int64_t{1});
+    for (size_t i = 0; i < together.size(); ++i)
+      QCOMPARE(together[i]->tokens(), alone[i]->tokens());
+    batch.unbatch();
+  }
+
+  // New requests spawned from a shared prefix prefill their suffixes (3 and 8 ids) in one forward
+  // over the batch's rows, beside a member already decoding: each gets the first logits and the
+  // tokens of its own prompt prefilled alone, and the member's row keeps its length.
+  void spawnPrefillsSuffixesInOneForward() {
+    const Decoder& d = decoder();
+    const ModelConfig& c = d.config();
+    const auto prefix = test::token_ids(21, 5);
+    const std::vector<std::vector<int64_t>> suffixes = {test::token_ids(3, 6),
+                                                        test::token_ids(8, 7)};
+    gpu::DeviceTimeline timeline(d.device());
+    KvCache shared(KvCacheShape{c.num_layers, c.num_kv_heads, c.head_dim}, 1, 21, d.dtype(),
+                   d.device());
+    prefill(d, shared, prefix, 0, timeline, nullptr);
+    auto member = prefilled(d, 0, test::token_ids(14, 8), 6);
+    BatchedStates batch({member}, 4);
+    batch.step(d, timeline, nullptr);
+    const int64_t member_length = batch.kv()->lengths()[0];
+    std::vector<BatchedStates::Spawn> spawns;
+    std::vector<std::shared_ptr<GenerationState>> alone;
+    for (size_t i = 0; i < suffixes.size(); ++i) {
+      spawns.push_back(
+          {std::make_shared<GenerationState>(static_cast<int64_t>(1 + i), "t", no_stop(6)),
+           suffixes[i]});
+      std::vector<int64_t> whole = prefix;
+      whole.insert(whole.end(), suffixes[i].begin(), suffixes[i].end());
+      alone.push_back(prefilled(d, 1 + static_cast<int64_t>(i), whole, 6));
+    }
+    batch.spawn(d, shared, 0, spawns, 4, timeline);
+    QCOMPARE(batch.rows(), int64_t{3});
+    QCOMPARE(batch.kv()->lengths()[0], member_length);
+    for (size_t i = 0; i < spawns.size(); ++i) {
+      const GenerationState& s = *spawns[i].state;
+      QCOMPARE(s.location(), StateLocation::kBatched);
+      QCOMPARE(s.next_position(), alone[i]->next_position());
+      const double err = (s.last_logits() - alone[i]->last_logits()).abs().max().item<double>();
+      QVERIFY2(err < 1e-5, qPrintable(QString("spawn %1: %2").arg(i).arg(err)));
+    }
+    while (batch.active_rows() > 0)
+      batch.step(d, timeline, nullptr);
+    for (size_t i = 0; i < spawns.size(); ++i) {
+      alone[i]->decode_alone(d, 6, timeline, nullptr);
+      QCOMPARE(spawns[i].state->tokens(), alone[i]->tokens());
+    }
+    batch.unbatch();
+  }
+
   // Decode 4 tokens in one batch, stop, store in host memory, load back, continue in a batch of
   // other companions: the same tokens as 14 tokens decoded alone in one go, and every generated
   // token was fed exactly once (the KV holds prompt + fed tokens: nothing recomputed).
@@ -218,9 +314,9 @@ class OxygenTest : public QObject {
     int prefill_events = 0;
     for (const LayerInterval& i : events.intervals) {
       QCOMPARE(i.phase, std::string("frame"));
-      if (i.what == "prefill") {
+      if (i.what == "prefill") {  // the observation and the action's suffix, one forward
         ++prefill_events;
-        QCOMPARE(i.tokens, shared);
+        QCOMPARE(i.tokens, shared + 3);
       }
     }
     QCOMPARE(prefill_events, frames);

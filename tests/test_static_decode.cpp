@@ -6,6 +6,7 @@
 
 #include <optional>
 
+#include "core/engine/generation_state.h"
 #include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
 #include "core/kv/cache_kv_source.h"
@@ -116,6 +117,58 @@ class StaticDecodeTest : public QObject {
     const Decoder windowed(config, base.weights(), base.device(), base.dtype());
     const Comparison c = compare_decode(windowed, 9, 6, 32);
     QVERIFY2(c.max_error <= 1e-5, qPrintable(QString("max |Δlogit| %1").arg(c.max_error)));
+  }
+
+  // Several rows at their own lengths and positions (OxyGen's batch): each row's logits are the
+  // per-layer batched forward's, and a row that waits keeps its length (its scratch slot is
+  // overwritten by its next step).
+  void staticStepOverRowsMatchesPerLayerBatch() {
+    const Decoder& d = decoder("llama-gqa");
+    const std::vector<int64_t> lengths{5, 11, 8};
+    auto rows = [&] {
+      std::vector<std::unique_ptr<KvCache>> own;
+      std::vector<KvRowRef> refs;
+      gpu::DeviceTimeline timeline(at::kCPU);
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        own.push_back(
+            std::make_unique<KvCache>(shape_of(d.config()), 1, lengths[r], at::kFloat, at::kCPU));
+        prefill(d, *own.back(), prompt_ids(lengths[r], static_cast<int64_t>(r)), 0, timeline,
+                nullptr);
+        refs.push_back({own.back().get(), 0});
+      }
+      return gather_kv_rows(refs, 16, at::kCPU);
+    };
+    auto recorded = rows();
+    auto reference = rows();
+    StaticDecodeStep fast(d, *recorded);
+    std::vector<int64_t> tokens{3, 4, 5};
+    double max_error = 0;
+    for (int s = 0; s < 8; ++s) {
+      const std::vector<bool> advance{true, s < 2 || s > 4, true};  // row 1 waits 3 steps
+      const at::Tensor got = fast.step_rows(tokens, recorded->lengths(), advance);
+      ForwardRequest req;
+      for (size_t r = 0; r < 3; ++r) {
+        req.tokens.push_back({tokens[r]});
+        req.positions.push_back({reference->lengths()[r]});
+      }
+      const std::vector<int64_t> before = reference->lengths();
+      CacheKvSource source(*reference);
+      gpu::DeviceTimeline timeline(at::kCPU);
+      const at::Tensor want = d.forward(req, source, timeline, nullptr).logits.select(1, 0);
+      for (int64_t r = 0; r < 3; ++r) {
+        if (!advance[r]) {
+          reference->truncate(r, before[r]);
+          continue;
+        }
+        max_error = std::max(max_error, (got[r] - want[r]).abs().max().item<double>());
+        tokens[r] = want[r].argmax().item<int64_t>();
+      }
+      QCOMPARE(recorded->lengths(), reference->lengths());
+    }
+    QVERIFY2(max_error <= 1e-5, qPrintable(QString("max |Δlogit| %1").arg(max_error)));
+    QCOMPARE(recorded->lengths()[1], int64_t{11 + 5});
+    QCOMPARE(fast.recordings(), int64_t{1});
+    QCOMPARE(fast.greedy_tokens().size(), size_t{3});
   }
 
   void staticStepRejectsTokensOutsideTheVocabulary() {

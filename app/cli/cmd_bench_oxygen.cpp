@@ -109,7 +109,7 @@ int run_bench_oxygen(int argc, char** argv) {
                      "narrate-every", "note-every", "chat-every", "world-seed", "warmup", "json",
                      "trace", "repeat", "action-tokens", "narration-tokens", "note-tokens",
                      "chat-tokens"});
-  const Args args(argc, argv, 2, with_value, {"no-prefix-reuse"});
+  const Args args(argc, argv, 2, with_value, {"no-prefix-reuse", "per-layer"});
   if (args.positional() != std::vector<std::string>{"oxygen"})
     throw UsageError("bench oxygen takes no other positional arguments");
   require_model_or_shape(args, "bench oxygen");
@@ -124,6 +124,7 @@ int run_bench_oxygen(int argc, char** argv) {
   options.action_deadline_ms = args.real("deadline-ms", 0);
   options.language_steps = args.integer("language-steps", 5);
   options.reuse_prefix = !args.has("no-prefix-reuse");
+  options.recorded_step = !args.has("per-layer");
   if (options.action_hz < 0 || options.language_steps < 1)
     throw UsageError("--action-hz must be >= 0 and --language-steps >= 1");
   HouseholdFrameOptions world_options;
@@ -176,6 +177,9 @@ int run_bench_oxygen(int argc, char** argv) {
   out["frames"] = frames;
   out["repeat"] = repeat;
   out["prefix_reuse_across_frames"] = options.reuse_prefix;
+  out["decode_path"] = options.recorded_step && model.decoder->device().is_cuda()
+                           ? "recorded graph steps (batch 1 and batched)"
+                           : "per-layer";
   out["action_hz_target"] = options.action_hz;
   out["language_steps_per_frame"] = options.action_hz > 0 ? nlohmann::json("until the next tick")
                                                           : nlohmann::json(options.language_steps);

@@ -9,6 +9,7 @@
 #include "core/engine/batched_decode.h"
 #include "core/engine/generator.h"
 #include "core/runtime/decoder.h"
+#include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
@@ -66,6 +67,8 @@ class FrameRun {
     report_.action_hz_target = options.action_hz;
     period_ms_ = options.action_hz > 0 ? 1000.0 / options.action_hz : 0;
     deadline_ms_ = options.action_deadline_ms > 0 ? options.action_deadline_ms : period_ms_;
+    batch_.set_recorded_step(options.recorded_step ? BatchedStates::RecordedStep::kOnCuda
+                                                   : BatchedStates::RecordedStep::kNever);
   }
 
   FrameLoopReport run(int64_t max_frames) {
@@ -133,43 +136,41 @@ class FrameRun {
       kv = empty_cache(decoder_, shared + room);
     }
     last_prefix_kv_.reset();
-    auto open = trace_begin("prefill");
-    if (shared > reused) {
-      GenerationState prefill_only(0, "prefix", {});
-      prefill_only.prefill(decoder_, std::move(kv),
-                           std::vector<int64_t>(prefix.begin() + reused, prefix.end()), *timeline_,
-                           nullptr);
-      kv = prefill_only.take_kv(StateLocation::kReleased);
-      count_forward(shared - reused);
-      clock_.charge(FrameWork::kPrefill, 1, shared - reused);
-    }
-    trace_end(open, shared - reused);
     rec.shared_tokens = shared;
     rec.reused_tokens = reused;
-    rec.prefill_tokens += shared - reused;
-
-    // The action continues on the shared cache itself; the prefix is cut back afterwards.
+    // One forward computes the observation's new part and the action's own suffix: the KV of the
+    // prefix does not depend on the tokens after it, so the cache is cut back to it afterwards.
+    std::vector<int64_t> first(prefix.begin() + reused, prefix.end());
+    first.insert(first.end(), frame.action.ids.begin() + shared, frame.action.ids.end());
     GenerationState action(next_id_++, frame.action.task, frame.action.limits);
-    run_action(index, action, std::move(kv),
-               std::vector<int64_t>(frame.action.ids.begin() + shared, frame.action.ids.end()),
-               rec);
+    auto open = trace_begin("prefill");
+    prefill_action(action, std::move(kv), first, rec);
+    trace_end(open, static_cast<int64_t>(first.size()));
+    auto decoding = trace_begin("action");
+    decode_action(index, action, rec, decoding);
     std::unique_ptr<KvCache> shared_kv = action.take_kv(StateLocation::kReleased);
     shared_kv->truncate(0, shared);
 
+    // The new language requests join the batch from copies of the prefix; their suffixes are
+    // prefilled together, in one forward over the batch's rows.
+    std::vector<BatchedStates::Spawn> spawns;
+    int64_t suffix_tokens = 0;
     for (TaskPrompt& t : frame.language) {
-      auto o = trace_begin("spawn");
       auto state = std::make_shared<GenerationState>(next_id_++, t.task, t.limits);
-      const std::vector<int64_t> suffix(t.ids.begin() + shared, t.ids.end());
-      const auto n = static_cast<int64_t>(suffix.size());
-      state->prefill(decoder_,
-                     copy_kv_row(*shared_kv, 0, n + t.limits.max_new_tokens, decoder_.device()),
-                     suffix, *timeline_, nullptr);
-      state->set_prompt_tokens(static_cast<int64_t>(t.ids.size()));
-      count_forward(n);
-      clock_.charge(FrameWork::kPrefill, 1, n);
-      trace_end(o, n);
-      rec.prefill_tokens += n;
-      start_language(index, state);
+      spawns.push_back({state, std::vector<int64_t>(t.ids.begin() + shared, t.ids.end())});
+      suffix_tokens += static_cast<int64_t>(spawns.back().suffix.size());
+    }
+    if (!spawns.empty()) {
+      auto o = trace_begin("spawn");
+      batch_.spawn(decoder_, *shared_kv, 0, spawns, language_reserve(), *timeline_);
+      count_forward(suffix_tokens);
+      clock_.charge(FrameWork::kPrefill, static_cast<int64_t>(spawns.size()), suffix_tokens);
+      trace_end(o, suffix_tokens);
+      rec.prefill_tokens += suffix_tokens;
+      for (size_t i = 0; i < spawns.size(); ++i) {
+        spawns[i].state->set_prompt_tokens(static_cast<int64_t>(frame.language[i].ids.size()));
+        start_language(index, spawns[i].state);
+      }
     }
     if (options_.reuse_prefix) {
       last_prefix_kv_ = std::move(shared_kv);
@@ -181,7 +182,7 @@ class FrameRun {
 
   // Batched steps over every request in flight until the frame's time is up (or k steps).
   void language_phase(int64_t index, FrameRecord* rec, bool unbounded) {
-    batch_.rebatch(active_, /*reserve=*/std::max<int64_t>(options_.language_steps, 8));
+    batch_.rebatch(active_, language_reserve());
     report_.max_batch_rows = std::max(report_.max_batch_rows, batch_.rows());
     int64_t steps = 0;
     while (batch_.active_rows() > 0) {
@@ -221,18 +222,21 @@ class FrameRun {
     if (steps > 0) gpu::synchronize(decoder_.device());
   }
 
+  int64_t language_reserve() const { return std::max<int64_t>(options_.language_steps, 8); }
+
   // --- isolated: every task alone, whole prompt, to the end -------------------------------
   void isolated_frame(int64_t index, Frame& frame, FrameRecord& rec) {
     GenerationState action(next_id_++, frame.action.task, frame.action.limits);
-    auto kv = empty_cache(decoder_, static_cast<int64_t>(frame.action.ids.size()) +
-                                        frame.action.limits.max_new_tokens);
-    run_action(index, action, std::move(kv), frame.action.ids, rec);
+    run_action(index, action,
+               solo_cache(static_cast<int64_t>(frame.action.ids.size()) +
+                          frame.action.limits.max_new_tokens),
+               frame.action.ids, rec);
+    solo_kv_ = action.take_kv(StateLocation::kReleased);
     for (TaskPrompt& t : frame.language) {
       auto state = std::make_shared<GenerationState>(next_id_++, t.task, t.limits);
       const auto n = static_cast<int64_t>(t.ids.size());
       auto o = trace_begin("spawn");
-      state->prefill(decoder_, empty_cache(decoder_, n + t.limits.max_new_tokens), t.ids,
-                     *timeline_, nullptr);
+      state->prefill(decoder_, solo_cache(n + t.limits.max_new_tokens), t.ids, *timeline_, nullptr);
       count_forward(n);
       clock_.charge(FrameWork::kPrefill, 1, n);
       trace_end(o, n);
@@ -245,24 +249,48 @@ class FrameRun {
       rec.language_tokens += chosen;
       report_.language_tokens += chosen;
       finish_language(index, *state);
+      solo_kv_ = state->take_kv(StateLocation::kReleased);
       active_.clear();
     }
   }
 
+  // Isolated execution's tasks run one after another in one cache (emptied, grown when a task
+  // needs more), as a static-cache decoder would: the recorded step is recorded once, not per task.
+  std::unique_ptr<KvCache> solo_cache(int64_t slots) {
+    if (!solo_kv_) return empty_cache(decoder_, slots);
+    std::unique_ptr<KvCache> kv = std::move(solo_kv_);
+    kv->truncate(0, 0);
+    kv->ensure_room(slots);
+    return kv;
+  }
+
   // --- shared pieces ------------------------------------------------------------------------
   void run_action(int64_t index, GenerationState& action, std::unique_ptr<KvCache> kv,
-                  const std::vector<int64_t>& suffix, FrameRecord& rec) {
+                  const std::vector<int64_t>& prompt, FrameRecord& rec) {
     auto o = trace_begin("action");
-    const auto n = static_cast<int64_t>(suffix.size());
-    action.prefill(decoder_, std::move(kv), suffix, *timeline_, nullptr);
+    prefill_action(action, std::move(kv), prompt, rec);
+    decode_action(index, action, rec, o);
+  }
+
+  // The action's prompt tokens that are not in `kv` yet, in one forward.
+  void prefill_action(GenerationState& action, std::unique_ptr<KvCache> kv,
+                      const std::vector<int64_t>& tokens, FrameRecord& rec) {
+    const auto n = static_cast<int64_t>(tokens.size());
+    action.prefill(decoder_, std::move(kv), tokens, *timeline_, nullptr);
     count_forward(n);
     clock_.charge(FrameWork::kPrefill, 1, n);
     rec.prefill_tokens += n;
+  }
+
+  // Greedy to the end of its line, then the deadline check and the world's step. `open`: the
+  // trace interval that ends with the decode.
+  void decode_action(int64_t index, GenerationState& action, FrameRecord& rec,
+                     TraceRecorder::Open open) {
     const double t = clock_.now_ms();
     const int64_t chosen = decode_alone(action);
     if (chosen > 1)
       step_times_.seed_single((clock_.now_ms() - t) / static_cast<double>(chosen - 1));
-    trace_end(o, chosen);
+    trace_end(open, chosen);
     rec.action_tokens = chosen;
     rec.action_done_ms = clock_.now_ms() - t0_;
     if (period_ms_ > 0 && rec.action_done_ms > rec.tick_ms + deadline_ms_) {
@@ -277,7 +305,7 @@ class FrameRun {
     int64_t chosen = 0;
     while (!s.done()) {
       const int64_t before = static_cast<int64_t>(s.tokens().size());
-      s.decode_alone(decoder_, 1, *timeline_, nullptr);
+      s.decode_alone(decoder_, 1, *timeline_, nullptr, solo_step(s));
       chosen += static_cast<int64_t>(s.tokens().size()) - before;
       if (!s.done()) {
         ++report_.forward_passes;
@@ -285,6 +313,13 @@ class FrameRun {
       }
     }
     return chosen;
+  }
+
+  // The recorded batch-1 step (CUDA), created for the first request that decodes alone.
+  StaticDecodeStep* solo_step(GenerationState& s) {
+    if (!options_.recorded_step || !decoder_.device().is_cuda()) return nullptr;
+    if (!solo_step_) solo_step_ = std::make_unique<StaticDecodeStep>(decoder_, *s.kv());
+    return solo_step_.get();
   }
 
   void start_language(int64_t index, const std::shared_ptr<GenerationState>& s) {
@@ -362,6 +397,8 @@ class FrameRun {
   int64_t next_id_ = 1;
   std::unique_ptr<KvCache> last_prefix_kv_;  // the last frame's shared prefix (reuse_prefix)
   std::vector<int64_t> last_prefix_ids_;
+  std::unique_ptr<KvCache> solo_kv_;  // isolated: the cache every task runs in, in turn
+  std::unique_ptr<StaticDecodeStep> solo_step_;
   std::vector<std::shared_ptr<GenerationState>> active_;
   BatchedStates batch_;
   StepTimes step_times_;

@@ -89,6 +89,10 @@ struct FrameLoopOptions {
   // Unified: keep the last frame's prefix KV and compute only where the new observation differs
   // (an Engram addition; the paper's two optimizations alone: false).
   bool reuse_prefix = true;
+  // CUDA: decode through recorded graph steps (static_decode_step.h), in both modes: batch 1 for
+  // the action and isolated requests (over one cache kept from task to task, so the graph is
+  // recorded once), the batched step for the language requests. false: the per-layer path.
+  bool recorded_step = true;
   // Per-frame intervals: layer -1, phase "frame" ("isolated_frame"), step = frame index.
   EngineObserver* observer = nullptr;
 };

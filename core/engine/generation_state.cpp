@@ -4,6 +4,7 @@
 
 #include "core/kv/cache_kv_source.h"
 #include "core/runtime/decoder.h"
+#include "core/runtime/static_decode_step.h"
 
 namespace engram {
 
@@ -57,13 +58,20 @@ void GenerationState::accept_token(int64_t token, const ModelConfig& config) {
 }
 
 int64_t GenerationState::decode_alone(const Decoder& decoder, int64_t steps,
-                                      gpu::DeviceTimeline& timeline, TraceRecorder* trace) {
+                                      gpu::DeviceTimeline& timeline, TraceRecorder* trace,
+                                      StaticDecodeStep* recorded) {
   if (location_ != StateLocation::kDevice) throw std::logic_error("decode_alone: KV not here");
+  if (recorded && &recorded->cache() != kv_.get()) recorded->bind(*kv_);
   int64_t chosen = 0;
   while (chosen < steps && !done_) {
     const int64_t token = choose_next(decoder.config());
     ++chosen;
     if (done_) break;
+    if (recorded) {
+      last_logits_ = recorded->step(token, kv_length_);
+      ++kv_length_;
+      continue;
+    }
     kv_->ensure_room(1);
     ForwardRequest req;
     req.phase = ForwardPhase::kDecode;
@@ -73,6 +81,8 @@ int64_t GenerationState::decode_alone(const Decoder& decoder, int64_t steps,
     last_logits_ = decoder.forward(req, source, timeline, trace).logits.view({-1});
     ++kv_length_;
   }
+  // The recorded step's logits are its buffer, which its next step (for anyone) overwrites.
+  if (recorded && !done_) last_logits_ = last_logits_.clone();
   return chosen;
 }
 
@@ -88,7 +98,8 @@ std::unique_ptr<KvCache> gather_kv_rows(const std::vector<KvRowRef>& rows, int64
   int64_t s = 0;
   for (int64_t i = 0; i < b; ++i) {
     const KvCache& src = *rows[i].cache;
-    const at::Tensor pos = src.positions()[rows[i].row];
+    // Slots past the row's length are not its KV (a waiting row's scratch slot in a batch).
+    const at::Tensor pos = src.positions()[rows[i].row].narrow(0, 0, src.lengths()[rows[i].row]);
     slots[i] = pos.ge(0).nonzero().view({-1});
     positions[i] = pos.index_select(0, slots[i]).to(device);
     slots[i] = slots[i].to(src.device());
@@ -162,6 +173,14 @@ std::unique_ptr<KvCache> GenerationState::take_kv(StateLocation now) {
   if (location_ != StateLocation::kDevice) throw std::logic_error("take_kv: KV not on device");
   location_ = now;
   return std::move(kv_);
+}
+
+void GenerationState::prefilled_in_batch(int64_t length, at::Tensor logits) {
+  kv_.reset();
+  location_ = StateLocation::kBatched;
+  kv_length_ = length;
+  prompt_tokens_ = length;
+  last_logits_ = std::move(logits);
 }
 
 void GenerationState::put_kv(std::unique_ptr<KvCache> kv) {

@@ -26,6 +26,7 @@ namespace gpu {
 class DeviceTimeline;
 }
 class TraceRecorder;
+class StaticDecodeStep;
 
 class GenerationState;
 // True to end the request after its newest token (a stop string, the end of a line).
@@ -60,9 +61,10 @@ class GenerationState {
   // The logits of the position just fed ([vocab] f32), from a batched or single step.
   void set_last_logits(at::Tensor logits) { last_logits_ = std::move(logits); }
 
-  // Decodes up to `steps` tokens alone (batch 1); returns how many were chosen.
+  // Decodes up to `steps` tokens alone (batch 1); returns how many were chosen. With `recorded`
+  // (CUDA, no trace) each token replays that recorded step, bound to this state's cache.
   int64_t decode_alone(const Decoder& decoder, int64_t steps, gpu::DeviceTimeline& timeline,
-                       TraceRecorder* trace);
+                       TraceRecorder* trace, StaticDecodeStep* recorded = nullptr);
 
   // Moves the KV (and logits) to host memory / back to `device`. No-ops where they already are.
   void store_to_host();
@@ -87,6 +89,8 @@ class GenerationState {
   std::unique_ptr<KvCache> take_kv(StateLocation now);
   void put_kv(std::unique_ptr<KvCache> kv);
   void fed_one() { ++kv_length_; }
+  // Its prompt was prefilled in a batch row (BatchedStates::spawn): `length` tokens of KV there.
+  void prefilled_in_batch(int64_t length, at::Tensor logits);
   void set_prompt_tokens(int64_t n) { prompt_tokens_ = n; }
 
  private:

@@ -126,6 +126,12 @@ void KvCache::commit(int64_t tokens, const std::vector<std::vector<int64_t>>& po
   if (!all_equal(lengths_)) dense_ = false;
 }
 
+void KvCache::commit_row(int64_t row, int64_t position) {
+  if (position != lengths_.at(row)) dense_ = false;
+  ++lengths_[row];
+  if (!all_equal(lengths_)) dense_ = false;
+}
+
 int64_t KvCache::claim(const std::vector<int64_t>& positions, int64_t spare) {
   if (batch_ != 1) throw std::logic_error("KvCache::claim: one-row caches only");
   const int64_t n = static_cast<int64_t>(positions.size());

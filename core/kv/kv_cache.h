@@ -28,6 +28,8 @@ class KvCache {
              const at::Tensor& positions);
   // Advances every row by `tokens` and records whether rows stay dense (positions 0..len-1).
   void commit(int64_t tokens, const std::vector<std::vector<int64_t>>& positions);
+  // Advances row `row` alone by one token at `position` (a batched step where some rows wait).
+  void commit_row(int64_t row, int64_t position);
   // Keeps the first `length` tokens of row `row` (rollback for regenerate).
   void truncate(int64_t row, int64_t length);
   // Replaces row `row` with row `other_row` of `other` (same layers and heads): a request's KV

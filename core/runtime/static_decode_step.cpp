@@ -11,81 +11,116 @@
 namespace engram {
 
 StaticDecodeStep::StaticDecodeStep(const Decoder& decoder, KvCache& cache)
-    : decoder_(decoder), cache_(cache), graph_(decoder.device()) {
-  if (cache.batch() != 1)
-    throw std::invalid_argument("StaticDecodeStep: the cache must have one row");
-  if (cache.device() != decoder.device() || cache.dtype() != decoder.dtype()) {
+    : decoder_(decoder), cache_(&cache), graph_(decoder.device()) {
+  bind(cache);
+}
+
+void StaticDecodeStep::bind(KvCache& cache) {
+  if (cache.device() != decoder_.device() || cache.dtype() != decoder_.dtype()) {
     throw std::invalid_argument("StaticDecodeStep: cache and decoder differ in device or dtype");
   }
-  const auto on_device = at::TensorOptions().device(decoder.device());
-  inputs_ = at::zeros({3}, on_device.dtype(at::kLong));
-  logits_ = at::zeros({decoder.config().vocab_size}, on_device.dtype(at::kFloat));
-  next_id_ = at::zeros({}, on_device.dtype(at::kLong));
+  cache_ = &cache;
+  const int64_t rows = cache.batch();
+  if (rows == recorded_rows_) return;  // the buffers fit; the storage check decides re-recording
+  const auto on_device = at::TensorOptions().device(decoder_.device());
+  inputs_ = at::zeros({3, rows}, on_device.dtype(at::kLong));
+  logits_ = at::zeros({rows, decoder_.config().vocab_size}, on_device.dtype(at::kFloat));
+  row0_logits_ = logits_[0];
+  next_id_ = at::zeros({rows}, on_device.dtype(at::kLong));
+  recorded_rows_ = rows;
+  recorded_capacity_ = -1;  // new buffers: record again
 }
 
 const at::Tensor& StaticDecodeStep::step(int64_t token, int64_t position) {
+  if (cache_->batch() != 1) throw std::invalid_argument("StaticDecodeStep::step: one-row cache");
+  step_rows({token}, {position}, {true});
+  return row0_logits_;
+}
+
+const at::Tensor& StaticDecodeStep::step_rows(const std::vector<int64_t>& tokens,
+                                              const std::vector<int64_t>& positions,
+                                              const std::vector<bool>& advance) {
   const ModelConfig& c = decoder_.config();
-  if (token < 0 || token >= c.vocab_size) {
-    throw std::out_of_range("token id " + std::to_string(token) + " outside the vocabulary of " +
-                            std::to_string(c.vocab_size));
+  KvCache& cache = *cache_;
+  const int64_t rows = cache.batch();
+  if (static_cast<int64_t>(tokens.size()) != rows ||
+      static_cast<int64_t>(positions.size()) != rows ||
+      static_cast<int64_t>(advance.size()) != rows) {
+    throw std::invalid_argument("StaticDecodeStep: one token, position and flag per row");
   }
-  if (position < 0 || position >= c.max_positions) {
-    throw std::out_of_range("position " + std::to_string(position) +
-                            " is past the model's maximum of " + std::to_string(c.max_positions) +
-                            " positions");
+  for (int64_t b = 0; b < rows; ++b) {
+    if (tokens[b] < 0 || tokens[b] >= c.vocab_size) {
+      throw std::out_of_range("token id " + std::to_string(tokens[b]) +
+                              " outside the vocabulary of " + std::to_string(c.vocab_size));
+    }
+    if (positions[b] < 0 || positions[b] >= c.max_positions) {
+      throw std::out_of_range("position " + std::to_string(positions[b]) +
+                              " is past the model's maximum of " + std::to_string(c.max_positions) +
+                              " positions");
+    }
   }
-  cache_.ensure_room(1);
-  const int64_t slot = cache_.lengths()[0];
+  // Every row writes at its length (a row not advanced: a scratch slot), so the longest needs one.
+  cache.ensure_room(1);
   // Staged in pinned memory so that the copy is asynchronous; the caching host allocator keeps
   // the block until the copy has run.
   at::Tensor staged = at::empty(
-      {3}, at::TensorOptions().dtype(at::kLong).pinned_memory(decoder_.device().is_cuda()));
+      {3, rows}, at::TensorOptions().dtype(at::kLong).pinned_memory(decoder_.device().is_cuda()));
   int64_t* s = staged.data_ptr<int64_t>();
-  s[0] = token;
-  s[1] = position;
-  s[2] = slot;
+  for (int64_t b = 0; b < rows; ++b) {
+    s[b] = tokens[b];
+    s[rows + b] = positions[b];
+    s[2 * rows + b] = cache.lengths()[b];
+  }
   inputs_.copy_(staged, /*non_blocking=*/true);
 
-  const at::Tensor full_keys = cache_.keys(0, cache_.capacity() - cache_.max_length());
-  const at::Tensor valid = cache_.key_valid(0);
+  const at::Tensor full_keys = cache.keys(0, cache.capacity() - cache.max_length());
+  const at::Tensor valid = cache.key_valid(0);
   const void* valid_storage = valid.defined() ? valid.data_ptr() : nullptr;
-  if (cache_.capacity() != recorded_capacity_ || full_keys.data_ptr() != recorded_storage_ ||
+  if (cache.capacity() != recorded_capacity_ || full_keys.data_ptr() != recorded_storage_ ||
       valid_storage != recorded_valid_) {
     record();
   }
   graph_.replay();
-  cache_.commit(1, {{position}});
+  for (int64_t b = 0; b < rows; ++b) {
+    if (advance[b]) cache.commit_row(b, positions[b]);
+  }
   return logits_;
 }
 
 int64_t StaticDecodeStep::greedy_token() const {
-  return next_id_.item<int64_t>();
+  return next_id_[0].item<int64_t>();
+}
+
+std::vector<int64_t> StaticDecodeStep::greedy_tokens() const {
+  const at::Tensor ids = next_id_.to(at::kCPU);
+  const int64_t* p = ids.data_ptr<int64_t>();
+  return {p, p + ids.numel()};
 }
 
 void StaticDecodeStep::record() {
   const ModelConfig& c = decoder_.config();
-  const int64_t capacity = cache_.capacity();
-  const int64_t used = cache_.max_length();
+  KvCache& cache = *cache_;
+  const int64_t capacity = cache.capacity();
+  const int64_t used = cache.max_length();
   const int64_t extra = capacity - used;
   keys_.clear();
   values_.clear();
   key_valid_.clear();
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    keys_.push_back(cache_.keys(l, extra).select(0, 0));
-    values_.push_back(cache_.values(l, extra).select(0, 0));
+    keys_.push_back(cache.keys(l, extra));
+    values_.push_back(cache.values(l, extra));
     // A ragged working set's per-head validity, read in place at every replay.
-    const at::Tensor valid = cache_.key_valid(l, extra);
-    key_valid_.push_back(valid.defined() ? valid.select(0, 0) : valid);
+    key_valid_.push_back(cache.key_valid(l, extra));
   }
-  key_positions_ = cache_.positions(extra);
+  key_positions_ = cache.positions(extra);
   // Attention reads every slot: unwritten ones hold whatever the allocator left, and a NaN there
   // would survive a zero probability (0 · NaN). Their positions are -1, so they stay masked.
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    keys_[l].narrow(1, used, extra).zero_();
-    values_[l].narrow(1, used, extra).zero_();
+    keys_[l].narrow(2, used, extra).zero_();
+    values_[l].narrow(2, used, extra).zero_();
   }
   key_positions_.narrow(1, used, extra).fill_(-1);
-  // On CUDA the warm-up run writes the current token's KV at its slot, as the replay will.
+  // On CUDA the warm-up run writes the current tokens' KV at their slots, as the replay will.
   graph_.capture([this] { run(); });
   recorded_capacity_ = capacity;
   recorded_storage_ = keys_[0].data_ptr();
@@ -97,57 +132,60 @@ void StaticDecodeStep::run() {
   const ModelConfig& c = decoder_.config();
   const DecoderWeights& weights = decoder_.weights();
   const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim, g = hq / hkv;
-  const int64_t capacity = key_positions_.size(1);
+  const int64_t rows = key_positions_.size(0), capacity = key_positions_.size(1);
   const at::ScalarType dtype = decoder_.dtype();
 
-  const at::Tensor token = inputs_.narrow(0, 0, 1);
-  const at::Tensor position = inputs_.narrow(0, 1, 1);
-  const at::Tensor slot = inputs_.narrow(0, 2, 1);
+  const at::Tensor token = inputs_[0];
+  const at::Tensor position = inputs_[1].view({rows, 1});
+  const at::Tensor slot = inputs_[2].view({rows, 1});
 
-  key_positions_.index_copy_(1, slot, position.view({1, 1}));
-  const at::Tensor key_pos = key_positions_.view({capacity});
-  at::Tensor visible = key_pos.ge(0).logical_and(key_pos.le(position));
-  if (c.sliding_window) visible = visible.logical_and(key_pos.gt(position - *c.sliding_window));
-  // Additive mask over the capacity, folded into the score matmul (baddbmm); per KV head when a
-  // ragged working set hides slots from some heads (as attention() does with key_valid).
+  key_positions_.scatter_(1, slot, position);
+  at::Tensor visible = key_positions_.ge(0).logical_and(key_positions_.le(position));
+  if (c.sliding_window)
+    visible = visible.logical_and(key_positions_.gt(position - *c.sliding_window));
+  // Additive mask over the capacity, folded into the score matmul (baddbmm) as [rows·hkv, 1,
+  // capacity]; per KV head when a ragged working set hides slots from some heads (as attention()
+  // does with key_valid).
   const auto bias_options = at::TensorOptions().dtype(dtype).device(decoder_.device());
   const auto mask_bias_of = [&](const at::Tensor& valid) {
-    if (!valid.defined()) {
-      return at::zeros({1, 1, capacity}, bias_options)
-          .masked_fill_(visible.logical_not().view({1, 1, capacity}),
-                        -std::numeric_limits<double>::infinity());
-    }
-    return at::zeros({hkv, 1, capacity}, bias_options)
-        .masked_fill_(visible.view({1, 1, capacity})
-                          .logical_and(valid.view({hkv, 1, capacity}))
-                          .logical_not(),
+    at::Tensor seen = visible.view({rows, 1, capacity});
+    seen = valid.defined() ? seen.logical_and(valid) : seen.expand({rows, hkv, capacity});
+    return at::zeros({rows * hkv, 1, capacity}, bias_options)
+        .masked_fill_(seen.reshape({rows * hkv, 1, capacity}).logical_not(),
                       -std::numeric_limits<double>::infinity());
   };
   const at::Tensor shared_bias = key_valid_[0].defined() ? at::Tensor() : mask_bias_of({});
-  auto [cos, sin] = decoder_.rope().cos_sin(position.view({1, 1}), dtype);
-  cos = cos.reshape({hd});
-  sin = sin.reshape({hd});
+  auto [cos, sin] = decoder_.rope().cos_sin(position, dtype);  // [rows, 1, 1, hd]
+  cos = cos.reshape({rows, hd});
+  sin = sin.reshape({rows, hd});
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
 
-  at::Tensor h = weights.embed.index_select(0, token).view({1, 1, c.hidden_size});
+  at::Tensor h = weights.embed.index_select(0, token).view({rows, 1, c.hidden_size});
   for (int64_t li = 0; li < c.num_layers; ++li) {
     h = run_decoder_layer(c, weights.layers[li], h, [&](const LayerQkv& p) {
-      // The fused kernel rotates q and k and writes k, v at the device slot of the working set.
-      at::Tensor q_rot = at::empty({hq, hd}, p.q.options());
-      gpu::rope_kv_write(p.q.reshape({hq, hd}), p.k.reshape({hkv, hd}), p.v.reshape({hkv, hd}), cos,
-                         sin, slot, q_rot, keys_[li], values_[li]);
+      // The fused kernel rotates q and k and writes k, v at each row's device slot.
+      at::Tensor q_rot = at::empty({rows, hq, hd}, p.q.options());
+      for (int64_t b = 0; b < rows; ++b) {
+        at::Tensor q_out = q_rot[b];
+        at::Tensor key_rows = keys_[li][b];
+        at::Tensor value_rows = values_[li][b];
+        gpu::rope_kv_write(p.q[b].reshape({hq, hd}), p.k[b].reshape({hkv, hd}),
+                           p.v[b].reshape({hkv, hd}), cos[b], sin[b], slot[b], q_out, key_rows,
+                           value_rows);
+      }
       // Grouped-query attention without repeating KV heads: the g query heads of a KV head are
       // rows of one matmul. Softmax in f32, as the per-layer path and transformers do.
       const at::Tensor mask_bias =
           shared_bias.defined() ? shared_bias : mask_bias_of(key_valid_[li]);
       const at::Tensor scores =
-          at::baddbmm(mask_bias, q_rot.view({hkv, g, hd}), keys_[li].transpose(1, 2), 1.0, scale);
+          at::baddbmm(mask_bias, q_rot.view({rows * hkv, g, hd}),
+                      keys_[li].view({rows * hkv, capacity, hd}).transpose(1, 2), 1.0, scale);
       const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dtype);
-      return at::bmm(probs, values_[li]).view({1, hq, 1, hd});
+      return at::bmm(probs, values_[li].view({rows * hkv, capacity, hd})).view({rows, hq, 1, hd});
     });
   }
-  logits_.copy_(decoder_logits(c, weights, h).view({-1}));
-  next_id_.copy_(logits_.argmax());
+  logits_.copy_(decoder_logits(c, weights, h).view({rows, -1}));
+  next_id_.copy_(logits_.argmax(1));
 }
 
 }  // namespace engram

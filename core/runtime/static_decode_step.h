@@ -1,14 +1,21 @@
-// One batch-1 decode step whose device work has fixed shapes and fixed addresses, so that it is
-// recorded once (a CUDA graph on CUDA, gpu/cuda_graph.h) and replayed at every token: the
-// per-layer path costs ~40 torch ops × ~12 µs of host time per layer, which made 7B decode
-// host-bound at a third of the HBM roofline (bench/results/2026-11-23-h100-issue3).
+// One decode step (one token for every row of a cache) whose device work has fixed shapes and
+// fixed addresses, so that it is recorded once (a CUDA graph on CUDA, gpu/cuda_graph.h) and
+// replayed at every token: the per-layer path costs ~40 torch ops × ~12 µs of host time per layer,
+// which made 7B decode host-bound at a third of the HBM roofline
+// (bench/results/2026-11-23-h100-issue3).
 //
-// What makes it replayable: the token id, RoPE position and write slot live in a device buffer
-// updated in place; attention runs over the cache's whole preallocated capacity, with slots
+// What makes it replayable: each row's token id, RoPE position and write slot live in a device
+// buffer updated in place; attention runs over the cache's whole preallocated capacity, with slots
 // whose position is -1, later than the query or outside the sliding window masked (and, per KV
 // head, those a ragged working set marks invalid: KvCache::key_valid); KV is
 // written at the device slot; logits and their argmax land in static buffers. The step is
-// re-recorded when the cache's capacity (and so its storage) or its validity mask changes.
+// re-recorded when the cache's capacity (and so its storage) or its validity mask changes, or
+// when it is bound to another cache (bind()).
+//
+// Several rows (OxyGen's batched language requests, core/engine/batched_decode.h): every row is
+// computed at every step, each at its own length and position; a row that is not advanced (a
+// finished request, a free row of the batch) writes a scratch slot just past its length that the
+// next step overwrites, so its length and its stored KV stay as they were.
 //
 // It runs the same layer code as Decoder::forward (core/runtime/decoder_layer.h); only attention
 // differs (fused RoPE + KV write at the device slot, a masked matmul over the whole capacity).
@@ -28,17 +35,31 @@ namespace engram {
 
 class StaticDecodeStep {
  public:
-  // `cache` must have one row, the decoder's device and dtype; both must outlive the step.
+  // `cache` must have the decoder's device and dtype; both must outlive the step (or the next
+  // bind()).
   StaticDecodeStep(const Decoder& decoder, KvCache& cache);
+
+  // Steps over `cache` from now on (recorded again at the next step when its storage differs).
+  void bind(KvCache& cache);
+  KvCache& cache() const { return *cache_; }
 
   // Runs `token` at RoPE position `position`, writing its KV at the row's current length and
   // committing it to the cache (growing the cache, and re-recording, when it is full). Returns
   // the logits, f32 [vocab]: a static buffer that the next step overwrites. Throws
   // std::out_of_range for a token outside the vocabulary or a position past the model's maximum.
+  // One-row caches only.
   const at::Tensor& step(int64_t token, int64_t position);
 
-  // The argmax of the last step's logits (one id crosses to the host: a sync point).
+  // One token for every row: row b takes tokens[b] at RoPE position positions[b], written at the
+  // row's current length; rows with advance[b] false are computed but keep their length (their
+  // logits are meaningless). Returns the logits, f32 [rows, vocab] (a static buffer).
+  const at::Tensor& step_rows(const std::vector<int64_t>& tokens,
+                              const std::vector<int64_t>& positions,
+                              const std::vector<bool>& advance);
+
+  // The argmax of the last step's logits, row 0 / every row (ids cross to the host: a sync).
   int64_t greedy_token() const;
+  std::vector<int64_t> greedy_tokens() const;
   const at::Tensor& logits() const { return logits_; }
   // How many times the step has been recorded (1 + the number of capacity changes seen).
   int64_t recordings() const { return recordings_; }
@@ -48,16 +69,18 @@ class StaticDecodeStep {
   void run();
 
   const Decoder& decoder_;
-  KvCache& cache_;
+  KvCache* cache_;
   gpu::DeviceGraph graph_;
-  at::Tensor inputs_;   // int64 [3] on the device: token, position, slot
-  at::Tensor logits_;   // f32 [vocab]
-  at::Tensor next_id_;  // int64 [] argmax of logits_
+  at::Tensor inputs_;       // int64 [3, rows] on the device: tokens, positions, slots
+  at::Tensor logits_;       // f32 [rows, vocab]
+  at::Tensor row0_logits_;  // logits_[0] (step() returns it)
+  at::Tensor next_id_;      // int64 [rows] argmax of logits_
   // Full-capacity views of the cache, as recorded.
-  std::vector<at::Tensor> keys_;       // per layer [kv_heads, capacity, head_dim]
-  std::vector<at::Tensor> values_;     // per layer [kv_heads, capacity, head_dim]
-  at::Tensor key_positions_;           // [1, capacity] int64
-  std::vector<at::Tensor> key_valid_;  // per layer [kv_heads, capacity] bool, or undefined
+  std::vector<at::Tensor> keys_;       // per layer [rows, kv_heads, capacity, head_dim]
+  std::vector<at::Tensor> values_;     // per layer [rows, kv_heads, capacity, head_dim]
+  at::Tensor key_positions_;           // [rows, capacity] int64
+  std::vector<at::Tensor> key_valid_;  // per layer [rows, kv_heads, capacity] bool, or undefined
+  int64_t recorded_rows_ = -1;
   int64_t recorded_capacity_ = -1;
   const void* recorded_storage_ = nullptr;
   const void* recorded_valid_ = nullptr;
