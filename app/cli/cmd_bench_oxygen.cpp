@@ -45,6 +45,7 @@ nlohmann::json report_json(const FrameLoopReport& r, const HouseholdFrames& worl
   j["prefill_tokens"] = r.prefill_tokens;
   j["forward_passes"] = r.forward_passes;
   j["max_batch_rows"] = r.max_batch_rows;
+  j["graph_recordings"] = r.graph_recordings;
   // Per task: requests, finished, tokens, latency from start to done (ms and frames).
   struct Sum {
     int64_t requests = 0, finished = 0, tokens = 0;
@@ -210,10 +211,11 @@ int run_bench_oxygen(int argc, char** argv) {
       FrameLoopReport r = run_frame_loop(*model.decoder, world, clock, o, frames);
       std::fprintf(stderr,
                    "%-8s %lld frames: action %.2f Hz, %lld deadline misses, language %.1f tok/s "
-                   "(%lld tokens), total %.0f ms\n",
+                   "(%lld tokens), total %.0f ms, %lld graph recordings\n",
                    name.c_str(), static_cast<long long>(r.frames.size()), r.action_hz,
                    static_cast<long long>(r.deadline_misses), r.language_tokens_per_s,
-                   static_cast<long long>(r.language_tokens), r.total_ms);
+                   static_cast<long long>(r.language_tokens), r.total_ms,
+                   static_cast<long long>(r.graph_recordings));
       totals[name].push_back(r.total_ms);
       hz[name].push_back(r.action_hz);
       tps[name].push_back(r.language_tokens_per_s);

@@ -349,6 +349,8 @@ class FrameRun {
   }
 
   void finish(double frames_end) {
+    report_.graph_recordings =
+        batch_.recordings() + (solo_step_ ? solo_step_->recordings() : 0);
     batch_.unbatch();
     const double end = clock_.now_ms();
     report_.frames_ms = frames_end - t0_;

@@ -139,6 +139,7 @@ struct FrameLoopReport {
   int64_t prefill_tokens = 0;
   int64_t forward_passes = 0;
   int64_t max_batch_rows = 0;
+  int64_t graph_recordings = 0;  // recorded decode steps recorded (batch 1 + batched; CUDA)
   double worst_action_latency_ms = 0;  // tick to action done
   double mean_action_latency_ms = 0;
 };
