@@ -7,7 +7,7 @@
 #  0. the GPU checks (engram-gpu-checks; its batched recorded step rows are OxyGen's);
 #  1. as fast as possible, isolated vs unified on the same frames (speedup, action Hz, tok/s),
 #     with recorded graph steps (the default) and with the per-layer path (--per-layer);
-#  2. every language task in every frame (the decoding-heavy schedule);
+#  2. every language task in every frame (the decoding-heavy schedule), and with 64-token replies;
 #  3. at fixed action rates, isolated vs unified: deadline misses (a feasible rate has none).
 # Builds engram-cli against the machine's PyTorch (bench/device_build.sh); results go to $OUT.
 #   ENGRAM_COMMIT=<sha> OUT=<dir> [CHECKS=0] bash bench/run_device_oxygen.sh
@@ -30,7 +30,10 @@ run() {  # name, extra flags
     > /dev/null 2> "$OUT/oxygen-qwen2.5-7b-$name.err"
   echo "$name rc=$?"; tail -3 "$OUT/oxygen-qwen2.5-7b-$name.err"
 }
+# One archive: the device call brings back only a few files.
+trap 'tar -C "$OUT" -czf "$OUT/oxygen.tgz" $(cd "$OUT" && ls *.json *.err gpu_checks.log 2>/dev/null) && rm -f "$OUT"/*.err "$OUT"/oxygen-*.json' EXIT
 run max
 run max-per-layer --per-layer
 run every-task --note-every 1 --chat-every 1
+run every-task-long --note-every 1 --chat-every 1 --narration-tokens 64 --note-tokens 64 --chat-tokens 64
 for hz in 5 10; do run ${hz}hz --action-hz $hz; done

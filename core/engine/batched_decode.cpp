@@ -14,8 +14,10 @@ int64_t room_left(const GenerationState& s) {
   return std::max<int64_t>(0, s.limits().max_new_tokens - static_cast<int64_t>(s.tokens().size()));
 }
 
-int64_t rows_for(int64_t members) {
-  int64_t rows = 1;
+int64_t rows_for(int64_t members, at::Device device) {
+  // On CUDA a step over 8 rows costs about one over 1 (bench/results/2026-11-25-h100-oxygen-graph)
+  // and every new row count is a new recording.
+  int64_t rows = device.is_cuda() ? 8 : 1;
   while (rows < members)
     rows *= 2;  // powers of two: a batch that grows by one member is rarely re-recorded
   return rows;
@@ -201,16 +203,18 @@ void BatchedStates::make_room(int64_t members, int64_t joining, int64_t need, co
   const int64_t free_rows = static_cast<int64_t>(slots_.size()) - (members - joining);
   if (!kv_ || free_rows < joining) {
     // More rows: a new cache, the members that stay copied into the same rows.
-    const int64_t rows = rows_for(members);
-    auto grown = std::make_unique<KvCache>(like.shape(), rows, std::max(need, like.capacity()),
-                                           like.dtype(), like.device());
+    const int64_t rows = rows_for(members, like.device());
+    auto grown = std::make_unique<KvCache>(
+        like.shape(), rows,
+        std::max(recorded_capacity(need, like.device()), kv_ ? kv_->capacity() : int64_t{0}),
+        like.dtype(), like.device());
     for (size_t r = 0; r < slots_.size(); ++r) {
       if (slots_[r]) grown->copy_row_from(static_cast<int64_t>(r), *kv_, static_cast<int64_t>(r));
     }
     slots_.resize(rows);
     kv_ = std::move(grown);
   } else if (kv_->capacity() < need) {
-    kv_->ensure_room(need - kv_->max_length());
+    kv_->ensure_room(recorded_capacity(need, kv_->device()) - kv_->max_length());
   }
 }
 

@@ -29,7 +29,8 @@ KvCacheShape shape_of(const Decoder& decoder) {
 }
 
 std::unique_ptr<KvCache> empty_cache(const Decoder& decoder, int64_t capacity) {
-  return std::make_unique<KvCache>(shape_of(decoder), 1, capacity, decoder.dtype(),
+  return std::make_unique<KvCache>(shape_of(decoder), 1,
+                                   recorded_capacity(capacity, decoder.device()), decoder.dtype(),
                                    decoder.device());
 }
 
@@ -349,8 +350,7 @@ class FrameRun {
   }
 
   void finish(double frames_end) {
-    report_.graph_recordings =
-        batch_.recordings() + (solo_step_ ? solo_step_->recordings() : 0);
+    report_.graph_recordings = batch_.recordings() + (solo_step_ ? solo_step_->recordings() : 0);
     batch_.unbatch();
     const double end = clock_.now_ms();
     report_.frames_ms = frames_end - t0_;

@@ -1,5 +1,8 @@
 #include "core/runtime/decoder.h"
 
+#include <ATen/Context.h>
+#include <torch/version.h>
+
 #include <stdexcept>
 #include <string>
 
@@ -32,7 +35,15 @@ Decoder::Decoder(ModelConfig config, DecoderWeights weights, at::Device device,
       weights_(std::move(weights)),
       device_(device),
       dtype_(dtype),
-      rope_(config_, device) {}
+      rope_(config_, device) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  // cuDNN's attention builds an execution plan for every new (query, key) length pair, about
+  // 0.7 s each on an H100/H200 (measured: bench/results/2026-11-25-h100-oxygen-graph), and a
+  // prefill over kept KV (a chat turn, an OxyGen frame) is a new pair almost every time. Flash
+  // and memory-efficient attention take any length without a plan.
+  if (device.is_cuda()) at::globalContext().setSDPUseCuDNN(false);
+#endif
+}
 
 ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
                                gpu::DeviceTimeline& timeline, TraceRecorder* trace) const {

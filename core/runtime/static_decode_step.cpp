@@ -10,6 +10,12 @@
 
 namespace engram {
 
+int64_t recorded_capacity(int64_t slots, at::Device device) {
+  if (!device.is_cuda()) return slots;
+  const int64_t roomy = slots + slots / 4;
+  return (roomy + 255) / 256 * 256;
+}
+
 StaticDecodeStep::StaticDecodeStep(const Decoder& decoder, KvCache& cache)
     : decoder_(decoder), cache_(&cache), graph_(decoder.device()) {
   bind(cache);
