@@ -15,8 +15,9 @@ int64_t room_left(const GenerationState& s) {
 }
 
 int64_t rows_for(int64_t members, at::Device device) {
-  // On CUDA a step over 8 rows costs about one over 1 (bench/results/2026-11-25-h100-oxygen-graph)
-  // and every new row count is a new recording.
+  // On CUDA a step over 8 rows costs about one over 1
+  // (bench/results/2026-11-25-h200-oxygen-graph: 6.7 vs 5.2 ms) and every new row count is a new
+  // recording.
   int64_t rows = device.is_cuda() ? 8 : 1;
   while (rows < members)
     rows *= 2;  // powers of two: a batch that grows by one member is rarely re-recorded

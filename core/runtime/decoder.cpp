@@ -38,7 +38,7 @@ Decoder::Decoder(ModelConfig config, DecoderWeights weights, at::Device device,
       rope_(config_, device) {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
   // cuDNN's attention builds an execution plan for every new (query, key) length pair, about
-  // 0.7 s each on an H100/H200 (measured: bench/results/2026-11-25-h100-oxygen-graph), and a
+  // 0.7 s each on an H100/H200 (measured: bench/results/2026-11-25-h200-oxygen-graph), and a
   // prefill over kept KV (a chat turn, an OxyGen frame) is a new pair almost every time. Flash
   // and memory-efficient attention take any length without a plan.
   if (device.is_cuda()) at::globalContext().setSDPUseCuDNN(false);
