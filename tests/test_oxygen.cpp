@@ -328,6 +328,35 @@ class OxygenTest : public QObject {
       QVERIFY(l.frame_done >= l.frame_started);
   }
 
+  // The frame loop through the recorded steps (their code runs directly on the CPU): the action
+  // and isolated requests through the batch-1 step over caches that keep their storage, the
+  // language requests through the batched step; every token as the per-layer path gives it, and
+  // the steps are recorded a few times per run, not per frame.
+  void recordedStepsGiveThePerLayerTokens() {
+    const Decoder& d = decoder();
+    const int64_t frames = 5, shared = 40;
+    SyntheticWorld reference_world(frames, shared, 30);
+    CostClock c0;
+    FrameLoopOptions o;
+    o.mode = ExecutionMode::kIsolated;
+    o.recorded_step = BatchedStates::RecordedStep::kNever;
+    const FrameLoopReport reference = run_frame_loop(d, reference_world, c0, o);
+    QCOMPARE(reference.graph_recordings, int64_t{0});
+    o.recorded_step = BatchedStates::RecordedStep::kAlways;
+    for (ExecutionMode mode : {ExecutionMode::kIsolated, ExecutionMode::kUnified}) {
+      SyntheticWorld world(frames, shared, 30);
+      CostClock clock;
+      o.mode = mode;
+      o.language_steps = 2;
+      const FrameLoopReport r = run_frame_loop(d, world, clock, o);
+      QCOMPARE(world.actions, reference_world.actions);
+      QCOMPARE(world.language, reference_world.language);
+      QVERIFY(r.graph_recordings >= 1);
+      QVERIFY2(r.graph_recordings < frames,
+               qPrintable(QString("%1 recordings").arg(r.graph_recordings)));
+    }
+  }
+
   // With observations that start alike, each frame computes only the part of its prefix that
   // differs from the last frame's (the rest of the KV is kept), and the tokens stay those of
   // isolated execution.

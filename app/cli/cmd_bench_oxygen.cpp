@@ -125,7 +125,7 @@ int run_bench_oxygen(int argc, char** argv) {
   options.action_deadline_ms = args.real("deadline-ms", 0);
   options.language_steps = args.integer("language-steps", 5);
   options.reuse_prefix = !args.has("no-prefix-reuse");
-  options.recorded_step = !args.has("per-layer");
+  if (args.has("per-layer")) options.recorded_step = BatchedStates::RecordedStep::kNever;
   if (options.action_hz < 0 || options.language_steps < 1)
     throw UsageError("--action-hz must be >= 0 and --language-steps >= 1");
   HouseholdFrameOptions world_options;
@@ -178,7 +178,8 @@ int run_bench_oxygen(int argc, char** argv) {
   out["frames"] = frames;
   out["repeat"] = repeat;
   out["prefix_reuse_across_frames"] = options.reuse_prefix;
-  out["decode_path"] = options.recorded_step && model.decoder->device().is_cuda()
+  out["decode_path"] = options.recorded_step != BatchedStates::RecordedStep::kNever &&
+                               model.decoder->device().is_cuda()
                            ? "recorded graph steps (batch 1 and batched)"
                            : "per-layer";
   out["action_hz_target"] = options.action_hz;

@@ -206,8 +206,7 @@ void BatchedStates::make_room(int64_t members, int64_t joining, int64_t need, co
     // More rows: a new cache, the members that stay copied into the same rows.
     const int64_t rows = rows_for(members, like.device());
     auto grown = std::make_unique<KvCache>(
-        like.shape(), rows,
-        std::max(recorded_capacity(need, like.device()), kv_ ? kv_->capacity() : int64_t{0}),
+        like.shape(), rows, std::max(recorded_capacity(need), kv_ ? kv_->capacity() : int64_t{0}),
         like.dtype(), like.device());
     for (size_t r = 0; r < slots_.size(); ++r) {
       if (slots_[r]) grown->copy_row_from(static_cast<int64_t>(r), *kv_, static_cast<int64_t>(r));
@@ -215,7 +214,7 @@ void BatchedStates::make_room(int64_t members, int64_t joining, int64_t need, co
     slots_.resize(rows);
     kv_ = std::move(grown);
   } else if (kv_->capacity() < need) {
-    kv_->ensure_room(recorded_capacity(need, kv_->device()) - kv_->max_length());
+    kv_->ensure_room(recorded_capacity(need) - kv_->max_length());
   }
 }
 
@@ -227,56 +226,48 @@ void BatchedStates::spawn(const Decoder& decoder, const KvCache& prefix, int64_t
     if (slots_[r] && slots_[r]->done()) leave(static_cast<int64_t>(r));
   }
   const int64_t base = prefix.lengths().at(prefix_row);
+  const auto joining = static_cast<int64_t>(requests.size());
   int64_t longest = 0;
   for (const Spawn& r : requests) {
     if (r.suffix.empty()) throw std::invalid_argument("BatchedStates::spawn: an empty suffix");
     longest = std::max(longest, static_cast<int64_t>(r.suffix.size()));
   }
-  // Every row takes `longest` tokens in the forward, after which each keeps its own.
-  int64_t need = base + longest + 1;
+  // The new requests alone, one row each holding a copy of the prefix, take their suffixes in one
+  // forward (rows of members already decoding would be padding: real work on a CPU); then each
+  // row, cut back to its own suffix, moves into a free row of the batch.
+  KvCache fresh(prefix.shape(), joining, base + longest, prefix.dtype(), prefix.device());
+  ForwardRequest req;
+  req.all_logits = true;
+  req.tokens.assign(joining, std::vector<int64_t>(longest, 0));
+  req.positions.assign(joining, std::vector<int64_t>(longest));
+  for (int64_t k = 0; k < joining; ++k) {
+    fresh.copy_row_from(k, prefix, prefix_row);
+    const std::vector<int64_t>& suffix = requests[k].suffix;
+    std::copy(suffix.begin(), suffix.end(), req.tokens[k].begin());
+    for (int64_t t = 0; t < longest; ++t)
+      req.positions[k][t] = base + t;
+  }
+  CacheKvSource source(fresh);
+  const at::Tensor logits = decoder.forward(req, source, timeline, nullptr).logits;  // [J, T, V]
+
+  int64_t need = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
     if (slots_[i])
-      need = std::max(need,
-                      kv_->lengths()[i] + std::max({longest, reserve, room_left(*slots_[i])}) + 1);
+      need = std::max(need, kv_->lengths()[i] + std::max(reserve, room_left(*slots_[i])) + 1);
   }
   for (const Spawn& r : requests) {
     need = std::max(need, base + static_cast<int64_t>(r.suffix.size()) +
                               std::max(reserve, room_left(*r.state)) + 1);
   }
-  const auto joining = static_cast<int64_t>(requests.size());
   make_room(rows() + joining, joining, need, prefix);
-  std::vector<int64_t> spawned_rows;
-  for (const Spawn& r : requests) {
-    const int64_t row = free_row();
-    kv_->copy_row_from(row, prefix, prefix_row);
-    slots_[row] = r.state;
-    spawned_rows.push_back(row);
-  }
-  const auto b = static_cast<int64_t>(slots_.size());
-  const std::vector<int64_t> lengths = kv_->lengths();
-  ForwardRequest req;
-  req.all_logits = true;
-  req.tokens.assign(b, std::vector<int64_t>(longest, 0));
-  req.positions.resize(b);
-  for (int64_t i = 0; i < b; ++i) {
-    for (int64_t t = 0; t < longest; ++t)
-      req.positions[i].push_back(lengths[i] + t);
-  }
-  for (size_t k = 0; k < requests.size(); ++k) {
-    const std::vector<int64_t>& suffix = requests[k].suffix;
-    std::copy(suffix.begin(), suffix.end(), req.tokens[spawned_rows[k]].begin());
-  }
-  CacheKvSource source(*kv_);
-  const at::Tensor logits = decoder.forward(req, source, timeline, nullptr).logits;  // [B, T, V]
-  std::vector<int64_t> keep = lengths;
-  for (size_t k = 0; k < requests.size(); ++k) {
-    const int64_t row = spawned_rows[k];
+  for (int64_t k = 0; k < joining; ++k) {
     const auto n = static_cast<int64_t>(requests[k].suffix.size());
-    keep[row] += n;
-    requests[k].state->prefilled_in_batch(keep[row], logits[row][n - 1].clone());
+    fresh.truncate(k, base + n);
+    const int64_t row = free_row();
+    kv_->copy_row_from(row, fresh, k);
+    slots_[row] = requests[k].state;
+    requests[k].state->prefilled_in_batch(base + n, logits[k][n - 1].clone());
   }
-  for (int64_t i = 0; i < b; ++i)
-    kv_->truncate(i, keep[i]);
 }
 
 }  // namespace engram

@@ -49,10 +49,10 @@ class BatchedStates {
   void rebatch(std::vector<std::shared_ptr<GenerationState>> wanted, int64_t reserve);
 
   // New requests that continue row `prefix_row` of `prefix` (a frame's shared observation), each
-  // with its own suffix: each gets a free row holding a copy of the prefix, and all suffixes are
-  // prefilled in one forward over the batch (shorter suffixes and the other rows are padded with
-  // filler tokens after their ends, cut off again after the forward: causal attention keeps the
-  // real tokens exact). They are members from now on, with their first logits.
+  // with its own suffix: their suffixes are prefilled in one forward over rows of their own, each
+  // a copy of the prefix (shorter suffixes padded with filler tokens after their ends, cut off
+  // after the forward: causal attention keeps the real tokens exact); each row then moves into a
+  // free row of the batch. They are members from now on, with their first logits.
   struct Spawn {
     std::shared_ptr<GenerationState> state;
     std::vector<int64_t> suffix;

@@ -29,9 +29,8 @@ KvCacheShape shape_of(const Decoder& decoder) {
 }
 
 std::unique_ptr<KvCache> empty_cache(const Decoder& decoder, int64_t capacity) {
-  return std::make_unique<KvCache>(shape_of(decoder), 1,
-                                   recorded_capacity(capacity, decoder.device()), decoder.dtype(),
-                                   decoder.device());
+  return std::make_unique<KvCache>(shape_of(decoder), 1, recorded_capacity(capacity),
+                                   decoder.dtype(), decoder.device());
 }
 
 // Batched step time by batch rows, for "does one more step fit before the tick". Rows not seen
@@ -68,8 +67,7 @@ class FrameRun {
     report_.action_hz_target = options.action_hz;
     period_ms_ = options.action_hz > 0 ? 1000.0 / options.action_hz : 0;
     deadline_ms_ = options.action_deadline_ms > 0 ? options.action_deadline_ms : period_ms_;
-    batch_.set_recorded_step(options.recorded_step ? BatchedStates::RecordedStep::kOnCuda
-                                                   : BatchedStates::RecordedStep::kNever);
+    batch_.set_recorded_step(options.recorded_step);
   }
 
   FrameLoopReport run(int64_t max_frames) {
@@ -318,7 +316,10 @@ class FrameRun {
 
   // The recorded batch-1 step (CUDA), created for the first request that decodes alone.
   StaticDecodeStep* solo_step(GenerationState& s) {
-    if (!options_.recorded_step || !decoder_.device().is_cuda()) return nullptr;
+    using Use = BatchedStates::RecordedStep;
+    const bool recorded = options_.recorded_step == Use::kAlways ||
+                          (options_.recorded_step == Use::kOnCuda && decoder_.device().is_cuda());
+    if (!recorded) return nullptr;
     if (!solo_step_) solo_step_ = std::make_unique<StaticDecodeStep>(decoder_, *s.kv());
     return solo_step_.get();
   }

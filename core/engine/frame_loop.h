@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/batched_decode.h"
 #include "core/engine/generation_state.h"
 
 namespace engram {
@@ -89,10 +90,11 @@ struct FrameLoopOptions {
   // Unified: keep the last frame's prefix KV and compute only where the new observation differs
   // (an Engram addition; the paper's two optimizations alone: false).
   bool reuse_prefix = true;
-  // CUDA: decode through recorded graph steps (static_decode_step.h), in both modes: batch 1 for
-  // the action and isolated requests (over one cache kept from task to task, so the graph is
-  // recorded once), the batched step for the language requests. false: the per-layer path.
-  bool recorded_step = true;
+  // Decode through recorded graph steps (static_decode_step.h), in both modes: batch 1 for the
+  // action and isolated requests (over one cache kept from task to task, so the graph is recorded
+  // once), the batched step for the language requests. kOnCuda (default): on CUDA only; kAlways:
+  // on the CPU too (the same code runs directly: tests); kNever: the per-layer path.
+  BatchedStates::RecordedStep recorded_step = BatchedStates::RecordedStep::kOnCuda;
   // Per-frame intervals: layer -1, phase "frame" ("isolated_frame"), step = frame index.
   EngineObserver* observer = nullptr;
 };
@@ -139,7 +141,7 @@ struct FrameLoopReport {
   int64_t prefill_tokens = 0;
   int64_t forward_passes = 0;
   int64_t max_batch_rows = 0;
-  int64_t graph_recordings = 0;  // recorded decode steps recorded (batch 1 + batched; CUDA)
+  int64_t graph_recordings = 0;        // recorded decode steps recorded (batch 1 + batched; CUDA)
   double worst_action_latency_ms = 0;  // tick to action done
   double mean_action_latency_ms = 0;
 };

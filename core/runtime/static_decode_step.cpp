@@ -10,8 +10,7 @@
 
 namespace engram {
 
-int64_t recorded_capacity(int64_t slots, at::Device device) {
-  if (!device.is_cuda()) return slots;
+int64_t recorded_capacity(int64_t slots) {
   const int64_t roomy = slots + slots / 4;
   return (roomy + 255) / 256 * 256;
 }

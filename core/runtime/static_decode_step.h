@@ -33,10 +33,10 @@
 
 namespace engram {
 
-// Slots to allocate for a cache that a recorded step will serve: on CUDA `slots` with a quarter
-// more, rounded up to 256 (every new capacity is a new recording, which costs tens to hundreds of
-// milliseconds on a 7B model), exactly `slots` elsewhere.
-int64_t recorded_capacity(int64_t slots, at::Device device);
+// Slots to allocate for a cache that a recorded step will serve: `slots` with a quarter more,
+// rounded up to 256 (every new capacity is a new recording, which costs tens to hundreds of
+// milliseconds on a 7B model on CUDA; the per-layer path reads only the filled slots).
+int64_t recorded_capacity(int64_t slots);
 
 class StaticDecodeStep {
  public:
