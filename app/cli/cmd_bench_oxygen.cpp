@@ -178,8 +178,7 @@ int run_bench_oxygen(int argc, char** argv) {
   out["frames"] = frames;
   out["repeat"] = repeat;
   out["prefix_reuse_across_frames"] = options.reuse_prefix;
-  out["decode_path"] = options.recorded_step != BatchedStates::RecordedStep::kNever &&
-                               model.decoder->device().is_cuda()
+  out["decode_path"] = BatchedStates::records(options.recorded_step, model.decoder->device())
                            ? "recorded graph steps (batch 1 and batched)"
                            : "per-layer";
   out["action_hz_target"] = options.action_hz;

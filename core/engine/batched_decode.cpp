@@ -14,6 +14,12 @@ int64_t room_left(const GenerationState& s) {
   return std::max<int64_t>(0, s.limits().max_new_tokens - static_cast<int64_t>(s.tokens().size()));
 }
 
+// Slots a row must hold for a member with `length` slots of KV: its room to decode (at least
+// `reserve`) and a scratch slot.
+int64_t slots_needed(int64_t length, const GenerationState& s, int64_t reserve) {
+  return length + std::max(reserve, room_left(s)) + 1;
+}
+
 int64_t rows_for(int64_t members, at::Device device) {
   // On CUDA a step over 8 rows costs about one over 1
   // (bench/results/2026-11-25-h200-oxygen-graph: 6.7 vs 5.2 ms) and every new row count is a new
@@ -103,9 +109,7 @@ int64_t BatchedStates::step(const Decoder& decoder, gpu::DeviceTimeline& timelin
   for (int64_t i = 0; i < b; ++i)
     positions[i] = fed[i] ? slots_[i]->next_position() : kv_->lengths()[i];
   at::Tensor out;  // [B, vocab]
-  const bool recorded = recorded_ == RecordedStep::kAlways ||
-                        (recorded_ == RecordedStep::kOnCuda && decoder.device().is_cuda());
-  if (recorded && !trace) {
+  if (records(recorded_, decoder.device()) && !trace) {
     if (!recorded_step_)
       recorded_step_ = std::make_unique<StaticDecodeStep>(decoder, *kv_);
     else if (&recorded_step_->cache() != kv_.get())
@@ -178,7 +182,7 @@ void BatchedStates::rebatch(std::vector<std::shared_ptr<GenerationState>> wanted
       joining.push_back(w);
       length = w->kv()->lengths()[0];
     }
-    need = std::max(need, length + std::max(reserve, room_left(*w)) + 1);
+    need = std::max(need, slots_needed(length, *w, reserve));
   }
   if (wanted.empty()) {
     unbatch();
@@ -252,12 +256,11 @@ void BatchedStates::spawn(const Decoder& decoder, const KvCache& prefix, int64_t
 
   int64_t need = 0;
   for (size_t i = 0; i < slots_.size(); ++i) {
-    if (slots_[i])
-      need = std::max(need, kv_->lengths()[i] + std::max(reserve, room_left(*slots_[i])) + 1);
+    if (slots_[i]) need = std::max(need, slots_needed(kv_->lengths()[i], *slots_[i], reserve));
   }
   for (const Spawn& r : requests) {
-    need = std::max(need, base + static_cast<int64_t>(r.suffix.size()) +
-                              std::max(reserve, room_left(*r.state)) + 1);
+    need = std::max(need,
+                    slots_needed(base + static_cast<int64_t>(r.suffix.size()), *r.state, reserve));
   }
   make_room(rows() + joining, joining, need, prefix);
   for (int64_t k = 0; k < joining; ++k) {

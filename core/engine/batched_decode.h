@@ -35,6 +35,9 @@ class BatchedStates {
   // recorded step's code on any device (on the CPU it runs directly: tests); kNever: per-layer.
   enum class RecordedStep : uint8_t { kOnCuda, kAlways, kNever };
   void set_recorded_step(RecordedStep use) { recorded_ = use; }
+  static bool records(RecordedStep use, at::Device device) {
+    return use == RecordedStep::kAlways || (use == RecordedStep::kOnCuda && device.is_cuda());
+  }
 
   // One decode step for every row that is not done: choose each row's next token from its
   // logits, feed them all in one forward. Returns the tokens chosen (rows finished by their

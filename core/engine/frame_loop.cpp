@@ -151,7 +151,7 @@ class FrameRun {
     shared_kv->truncate(0, shared);
 
     // The new language requests join the batch from copies of the prefix; their suffixes are
-    // prefilled together, in one forward over the batch's rows.
+    // prefilled together, in one forward.
     std::vector<BatchedStates::Spawn> spawns;
     int64_t suffix_tokens = 0;
     for (TaskPrompt& t : frame.language) {
@@ -316,10 +316,7 @@ class FrameRun {
 
   // The recorded batch-1 step (CUDA), created for the first request that decodes alone.
   StaticDecodeStep* solo_step(GenerationState& s) {
-    using Use = BatchedStates::RecordedStep;
-    const bool recorded = options_.recorded_step == Use::kAlways ||
-                          (options_.recorded_step == Use::kOnCuda && decoder_.device().is_cuda());
-    if (!recorded) return nullptr;
+    if (!BatchedStates::records(options_.recorded_step, decoder_.device())) return nullptr;
     if (!solo_step_) solo_step_ = std::make_unique<StaticDecodeStep>(decoder_, *s.kv());
     return solo_step_.get();
   }
