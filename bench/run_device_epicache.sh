@@ -11,9 +11,12 @@
 #   turns   90K-token history + 300 turns: epicache, prefix caching, full re-prefill (3 turns
 #           measured, projected x 300), one engram-cli run per method so that a slow method
 #           leaves the others' JSON; a last step puts them in one file with the ratios
-#   ENGRAM_COMMIT=<sha> OUT=<dir> bash bench/run_device_epicache.sh build|sweep|turns
-# Env: TURNS (300), HISTORY (90000), BUDGET (8192), DECODE (32), FULL_TURNS (3),
-#      SWEEP (10000,25000,50000,75000,100000). Results in $OUT/epicache-*.json, logs beside.
+#   hf      the Hugging Face transformers peer of one full re-prefill turn: prefill of HISTORY
+#           tokens + DECODE greedy tokens, same shape, bf16, SDPA (bench/peers/hf_bench.py)
+#   ENGRAM_COMMIT=<sha> OUT=<dir> bash bench/run_device_epicache.sh build|sweep|turns|hf
+# Env: SHAPE (llama3.1-8b; llama3.2-3b is the paper's Table 3 model), TURNS (300), HISTORY
+#      (90000), BUDGET (8192), DECODE (32), FULL_TURNS (3), SWEEP (10000,25000,50000,75000,100000),
+#      METHODS (epicache:250 prefix:210 full:120: method:seconds). Results in $OUT/epicache-*.json.
 set -uo pipefail
 STEP=${1:?build, sweep or turns}
 OUT=${OUT:-/tmp/engram-out}
@@ -26,7 +29,9 @@ BUDGET=${BUDGET:-8192}
 DECODE=${DECODE:-32}
 FULL_TURNS=${FULL_TURNS:-3}
 SWEEP=${SWEEP:-10000,25000,50000,75000,100000}
-COMMON="--shape llama3.1-8b --tokenizer tests/data/models/llama-gqa/tokenizer.model --device cuda
+SHAPE=${SHAPE:-llama3.1-8b}
+METHODS=${METHODS:-epicache:250 prefix:210 full:120}
+COMMON="--shape $SHAPE --tokenizer tests/data/models/llama-gqa/tokenizer.model --device cuda
   --dtype bf16 --kv-budget $BUDGET --decode-tokens $DECODE"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/device.txt" 2>&1
 echo "commit ${ENGRAM_COMMIT:-unknown} date $(date -u +%F)" >> "$OUT/device.txt"
@@ -46,7 +51,7 @@ sweep)
 turns)
   [ -x "$CLI" ] || { echo "no $CLI: run the build step first (on the same warm machine)"; exit 1; }
   # Seconds per method within the command's 10 minutes (model init + history ~20 s each).
-  for spec in epicache:250 prefix:210 full:120; do
+  for spec in $METHODS; do
     m=${spec%%:*}
     timeout ${spec##*:} $CLI bench epicache $COMMON --methods $m --history-tokens $HISTORY \
       --turns $TURNS --full-turns $FULL_TURNS --json "$OUT/epicache-turns-$m.json" \
@@ -85,8 +90,12 @@ for m, v in methods.items():
 print(json.dumps(r))
 PY
   ;;
+hf)
+  timeout 300 python3 bench/peers/hf_bench.py --shape $SHAPE --tokens $HISTORY --decode-tokens $DECODE \
+    --repeat 1 --json "$OUT/hf-$SHAPE-$HISTORY.json" 2>&1 | grep -v Warning | tail -2
+  ;;
 *)
-  echo "unknown step $STEP (build, sweep or turns)"
+  echo "unknown step $STEP (build, sweep, turns or hf)"
   exit 2
   ;;
 esac

@@ -30,6 +30,14 @@ SHAPES = {
                   num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                   vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
                   max_position_embeddings=8192, rms_norm_eps=1e-5)),
+    "llama3.1-8b": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336,
+                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                    vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
+                    max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "llama3.2-3b": ("LlamaConfig", dict(hidden_size=3072, intermediate_size=8192,
+                    num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8,
+                    vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
+                    max_position_embeddings=131072, rms_norm_eps=1e-5)),
 }
 
 

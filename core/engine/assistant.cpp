@@ -731,7 +731,9 @@ void Assistant::set_memory_policy(const MemoryPolicyChoice& choice) {
   auto checked = make_policy(choice.spec.empty() ? default_policy_spec() : choice.spec);
   if (s_->model) {
     const int64_t positions = s_->model->config.max_positions;
-    (void)effective_budget(*checked, choice.kv_budget, positions, session_prefill_block(positions));
+    (void)effective_budget(
+        *checked, choice.kv_budget, positions,
+        session_prefill_block(positions, s_->model->decoder->device().is_cuda()));
   } else if (choice.kv_budget < 0) {
     throw std::invalid_argument("the KV budget must not be negative");
   }

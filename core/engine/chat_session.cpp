@@ -23,7 +23,8 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyCh
   }
   if (!system_prompt.empty()) messages_.push_back({"system", std::move(system_prompt)});
   const ModelConfig& c = model.config;
-  const int64_t block = session_prefill_block(c.max_positions);
+  block_ = session_prefill_block(c.max_positions, model.decoder->device().is_cuda());
+  const int64_t block = block_;
   policy_ = make_policy(choice_.spec, choice_.kv_budget, c.max_positions, block, &policy_note_);
   if (auto* epi = dynamic_cast<EpiCachePolicy*>(policy_.get())) {
     const std::string note =
@@ -120,7 +121,8 @@ int64_t ChatSession::prefill_history(int64_t chunk) {
   const std::vector<int64_t> fresh(ids.begin() + static_cast<std::ptrdiff_t>(common), ids.end());
   if (fresh.empty()) return 0;
   gpu::DeviceTimeline timeline(ws_->cache().device());
-  (void)prefill(*model_.decoder, *policy_, *ws_, fresh, chunk, timeline, nullptr);
+  (void)prefill(*model_.decoder, *policy_, *ws_, fresh, chunk > 0 ? chunk : block_, timeline,
+                nullptr);
   cached_ids_ = ids;
   return static_cast<int64_t>(fresh.size());
 }
@@ -154,7 +156,7 @@ ChatReply ChatSession::regenerate(const GenerationOptions& options,
 std::vector<int64_t> ChatSession::episode_patch(const std::string& patch_source) const {
   // The patch is forwarded beside a prefill block in the fixed working set: a long window is
   // cut (at a character count, re-encoded) to a quarter of a block.
-  const int64_t most = session_prefill_block(model_.config.max_positions) / 4;
+  const int64_t most = block_ / 4;
   std::string source = patch_source;
   std::vector<int64_t> ids;
   for (int attempt = 0; attempt < 8; ++attempt) {
@@ -188,7 +190,7 @@ void ChatSession::switch_episode(int32_t episode) {
       if (!out.ws) {
         out.ws = std::make_unique<KvWorkingSet>(ws_->cache().shape(), ws_->cache().capacity(),
                                                 ws_->cache().dtype(), at::Device(at::kCPU),
-                                                model_.config.max_positions);
+                                                model_.config.max_positions, /*pinned_host=*/true);
       }
       out.ws->assign(*ws_);
     }
@@ -215,8 +217,8 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
       lines.push_back(EpisodeRouter::utterance_line(messages_[i].role, messages_[i].content));
   }
   const std::string query = EpisodeRouter::utterance_line("user", messages_.back().content);
-  const auto embed = [this](const std::string& text) {
-    return embed_text(*model_.decoder, *model_.tokenizer, text);
+  const TextsEmbedder embed = [this](const std::vector<std::string>& texts) {
+    return embed_texts(*model_.decoder, *model_.tokenizer, texts);
   };
   EpisodeRoute route = router_->route(lines, query, prompt_tokens > policy_->budget(), embed);
   if (route.episode < 0) {
@@ -253,7 +255,7 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
     if (from && from->stream_tokens() > 0) {
       fresh.ws = std::make_unique<KvWorkingSet>(ws_->cache().shape(), ws_->cache().capacity(),
                                                 ws_->cache().dtype(), at::Device(at::kCPU),
-                                                model_.config.max_positions);
+                                                model_.config.max_positions, /*pinned_host=*/true);
       fresh.ws->assign(*from);
       fresh.ids = nearest == active_episode_ ? cached_ids_ : episode_caches_[nearest].ids;
     }
@@ -359,6 +361,7 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   // Never sample an id the tokenizer cannot turn into text (a padded embedding, or a shape
   // benchmarked with a smaller tokenizer).
   GenerationOptions limited = options;
+  limited.prefill_chunk = block_;  // the block the working set has room for
   if (tok.vocab_size() < model_.config.vocab_size) limited.sampling.vocab_limit = tok.vocab_size();
 
   reply.reused_tokens = static_cast<int64_t>(common);

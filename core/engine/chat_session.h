@@ -107,7 +107,7 @@ class ChatSession {
   void adopt_cache(std::unique_ptr<KvCache> cache, std::vector<int64_t> cached_ids);
   // Prefills the rendered history (without a generation prompt) past the cached prefix, so the
   // next reply computes only its own turn; returns the tokens prefilled (a rebuild from text).
-  int64_t prefill_history(int64_t chunk = 512);
+  int64_t prefill_history(int64_t chunk = 0);  // 0: the session's block
 
  private:
   ChatReply generate_reply(const GenerationOptions& options,
@@ -138,6 +138,7 @@ class ChatSession {
   std::unique_ptr<MemoryPolicy> policy_;
   std::string policy_note_;
   std::unique_ptr<KvWorkingSet> ws_;
+  int64_t block_ = 512;              // prefill block (session_prefill_block)
   std::vector<int64_t> cached_ids_;  // the stream
   std::unique_ptr<EpisodeRouter> router_;
   std::unique_ptr<MemoryPolicy> base_policy_;  // epicache without a patch: new episodes clone it

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu/device_info.h"
 #include "gpu/rope_rotate.h"
 
 namespace engram {
@@ -16,8 +17,9 @@ at::Tensor stream_range(int64_t begin, int64_t n) {
 }  // namespace
 
 KvWorkingSet::KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType dtype,
-                           at::Device device, int64_t max_positions)
-    : owned_(std::make_unique<KvCache>(shape, 1, capacity > 0 ? capacity : 256, dtype, device)),
+                           at::Device device, int64_t max_positions, bool pinned_host)
+    : owned_(std::make_unique<KvCache>(shape, 1, capacity > 0 ? capacity : 256, dtype, device,
+                                       pinned_host)),
       cache_(*owned_),
       fixed_(capacity > 0),
       max_positions_(max_positions) {}
@@ -39,6 +41,7 @@ WorkingSetInfo KvWorkingSet::info() const {
   w.tokens = tokens();
   w.stream_tokens = stream_end_;
   w.capacity = cache_.capacity();
+  w.fixed_capacity = fixed_;
   w.layers = cache_.shape().layers;
   w.kv_heads = cache_.shape().kv_heads;
   w.max_positions = max_positions_;
@@ -88,10 +91,24 @@ void KvWorkingSet::assign(const KvWorkingSet& other) {
     throw std::invalid_argument("KvWorkingSet::assign: the other set does not fit");
   cache_.truncate(0, 0);  // keys(l, n) below are the first n slots
   if (!fixed_) cache_.ensure_room(n);
+  // Equal capacities (an episode cache and the working set it takes turns in) copy whole
+  // contiguous layers: one DMA transfer each, where a narrowed [heads, n, d] view is strided and
+  // went through a host-side gather first (~370 ms a switch on an 8B shape at an 8K budget).
+  const bool whole = other.cache_.capacity() == cache_.capacity();
+  const bool across = cache_.device() != other.cache_.device();
   for (int64_t l = 0; l < cache_.shape().layers; ++l) {
+    if (whole) {
+      const int64_t spare = other.cache_.capacity() - other.cache_.max_length();
+      cache_.keys(l, cache_.capacity())[0].copy_(other.cache_.keys(l, spare)[0], across);
+      cache_.values(l, cache_.capacity())[0].copy_(other.cache_.values(l, spare)[0], across);
+      continue;
+    }
     cache_.keys(l, n)[0].narrow(1, 0, n).copy_(other.cache_.keys(l)[0].narrow(1, 0, n));
     cache_.values(l, n)[0].narrow(1, 0, n).copy_(other.cache_.values(l)[0].narrow(1, 0, n));
   }
+  // Asynchronous copies touch host memory: done before anyone reads or reuses it.
+  if (whole && across)
+    gpu::synchronize(cache_.device().is_cpu() ? other.cache_.device() : cache_.device());
   cache_.set_dense_length(n);
   const at::Tensor valid = other.cache_.key_valid(0);
   cache_.set_key_valid(valid.defined() ? other.slot_stream().ge(0) : at::Tensor());
@@ -199,56 +216,78 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   // stays at the same slots in every head (exact_slot(), truncate()).
   at::Tensor index;
   at::Tensor padded;  // [L, H, n] bool, true on padding slots; undefined when none
+  int64_t lowest = 0, highest = 0;
   if (!per_head) {
     index = at::tensor(plan.shared, host_long).view({1, 1, n}).expand({s.layers, s.kv_heads, n});
+    if (n > 0) {
+      const auto [lo, hi] = std::minmax_element(plan.shared.begin(), plan.shared.end());
+      lowest = *lo;
+      highest = *hi;
+    }
   } else {
-    std::vector<int64_t> flat;
-    flat.reserve(static_cast<size_t>(s.layers * s.kv_heads * n));
-    std::vector<uint8_t> pad;
+    // Written straight into the tensors (2M entries for an 8B shape at an 8K budget).
+    index = at::empty({s.layers, s.kv_heads, n}, host_long);
+    at::Tensor pad = at::zeros({s.layers, s.kv_heads, n}, at::kBool);
+    int64_t* out = index.data_ptr<int64_t>();
+    bool* pad_out = pad.data_ptr<bool>();
     bool ragged = false;
+    lowest = before;
+    highest = -1;
     for (const auto& layer : plan.per_head) {
       if (static_cast<int64_t>(layer.size()) != s.kv_heads)
         throw std::invalid_argument("KeepPlan: one list per KV head expected");
       for (const auto& head : layer) {
         const int64_t missing = n - static_cast<int64_t>(head.size());
         ragged = ragged || missing > 0;
-        flat.insert(flat.end(), static_cast<size_t>(missing), 0);
-        flat.insert(flat.end(), head.begin(), head.end());
-        pad.insert(pad.end(), static_cast<size_t>(missing), 1);
-        pad.insert(pad.end(), head.size(), 0);
+        std::fill(out, out + missing, 0);
+        std::fill(pad_out, pad_out + missing, true);
+        std::copy(head.begin(), head.end(), out + missing);
+        for (const int64_t slot : head) {
+          lowest = std::min(lowest, slot);
+          highest = std::max(highest, slot);
+        }
+        out += n;
+        pad_out += n;
       }
     }
-    index = at::tensor(flat, host_long).view({s.layers, s.kv_heads, n});
-    if (ragged) padded = at::tensor(pad, at::kByte).view({s.layers, s.kv_heads, n}).to(at::kBool);
+    if (ragged) padded = pad;
   }
-  if (n > 0 && (index.min().item<int64_t>() < 0 || index.max().item<int64_t>() >= before)) {
+  if (n > 0 && (lowest < 0 || highest >= before)) {
     throw std::out_of_range("KeepPlan: a kept slot is outside the working set's " +
                             std::to_string(before) + " slots");
   }
 
   const at::Tensor freq = inv_freq.to(cache_.device());
+  // Per-head plans read the old positions on the device: one index copy and one rotation per
+  // layer, no host work per head (a plan over 32 layers x 8 heads took ~250 ms on an 8B shape).
+  const at::Tensor old_positions_dev =
+      per_head ? cache_.positions()[0].narrow(0, 0, before).clone() : at::Tensor();
+  const at::Tensor index_dev = per_head ? index.to(cache_.device()) : at::Tensor();
+  const at::Tensor target_dev = per_head ? target.to(cache_.device()) : at::Tensor();
   for (int64_t l = 0; l < s.layers; ++l) {
-    const at::Tensor idx_host = per_head ? index[l] : index[l][0];  // [H, n] or [n]
-    const at::Tensor idx = idx_host.to(cache_.device());
     at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
     at::Tensor values = cache_.values(l)[0];
     at::Tensor kept_k, kept_v;
     if (!per_head) {
+      const at::Tensor idx_host = index[l][0];  // [n]
+      const at::Tensor idx = idx_host.to(cache_.device());
       kept_k = keys.index_select(1, idx);
       kept_v = values.index_select(1, idx);
       const at::Tensor deltas =
           (target - old_positions.index_select(0, idx_host)).to(freq.device());
       gpu::rope_rotate_(kept_k, deltas, freq);
     } else {
+      const at::Tensor idx = index_dev[l];  // [H, n]
       const at::Tensor gather_idx = idx.unsqueeze(-1).expand({s.kv_heads, n, s.head_dim});
       kept_k = keys.gather(1, gather_idx).contiguous();
       kept_v = values.gather(1, gather_idx);
-      for (int64_t h = 0; h < s.kv_heads; ++h) {
-        at::Tensor head = kept_k[h];  // [n, d], contiguous
-        const at::Tensor deltas =
-            (target - old_positions.index_select(0, idx_host[h])).to(freq.device());
-        gpu::rope_rotate_(head, deltas, freq);
-      }
+      // Every head's rows at once: [H·n, d] with one delta per row.
+      at::Tensor rows = kept_k.view({s.kv_heads * n, s.head_dim});
+      const at::Tensor deltas =
+          (target_dev.unsqueeze(0) -
+           old_positions_dev.index_select(0, idx.reshape({-1})).view({s.kv_heads, n}))
+              .reshape({-1});
+      gpu::rope_rotate_(rows, deltas, freq);
     }
     keys.narrow(1, 0, n).copy_(kept_k);
     values.narrow(1, 0, n).copy_(kept_v);

@@ -40,8 +40,9 @@ struct KvRun {
 class KvWorkingSet {
  public:
   // `capacity` slots per (layer, head); 0 grows on demand (unbounded policies).
+  // `pinned_host`: see KvCache (a host copy of a GPU working set, e.g. a waiting episode).
   KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType dtype, at::Device device,
-               int64_t max_positions);
+               int64_t max_positions, bool pinned_host = false);
   // A working set over a cache that someone else owns (full KV, grown on demand): the cache's
   // row 0 is the stream so far, at positions 0..n-1.
   KvWorkingSet(KvCache& cache, int64_t max_positions);

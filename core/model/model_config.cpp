@@ -378,6 +378,22 @@ ModelConfig named_shape(const std::string& name) {
     c.max_positions = name == "llama3-8b" ? 8192 : 131072;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001};
+  } else if (name == "llama3.2-3b") {
+    // EpiCache's efficiency model (paper Table 3): 28 layers, 24 query / 8 KV heads, tied
+    // embeddings, 128K positions (its RoPE scaling changes no cost, as for llama3.1-8b).
+    llama();
+    c.hidden_size = 3072;
+    c.intermediate_size = 8192;
+    c.num_layers = 28;
+    c.num_heads = 24;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.vocab_size = 128256;
+    c.tie_word_embeddings = true;
+    c.rope.theta = 500000.0;
+    c.max_positions = 131072;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001};
   } else if (name == "tiny" || name == "tiny-32k") {
     llama();
     c.hidden_size = 64;
@@ -402,8 +418,8 @@ ModelConfig named_shape(const std::string& name) {
 }
 
 std::vector<std::string> named_shapes() {
-  return {"qwen2.5-0.5b", "qwen2.5-7b", "qwen2.5-14b", "llama3-8b",
-          "llama3.1-8b",  "tiny",       "tiny-32k"};
+  return {"qwen2.5-0.5b", "qwen2.5-7b",  "qwen2.5-14b", "llama3-8b",
+          "llama3.1-8b",  "llama3.2-3b", "tiny",        "tiny-32k"};
 }
 
 }  // namespace engram

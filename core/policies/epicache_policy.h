@@ -84,6 +84,11 @@ class EpiCachePolicy : public MemoryPolicy {
   std::vector<int64_t> probe_rows(const BlockInfo& block) const override;
   void on_layer(const LayerView& view) override;
   std::optional<KeepPlan> shrink(const WorkingSetInfo& ws, int64_t target) override;
+  // Decoded tokens are appended to the episode cache as the paper's decoding does; a fixed
+  // working set is shrunk only when it is full (M + block, the prefill's bound). Every plan is a
+  // gather and re-rotation of all kept slots, and without a fresh patch decode adds no scores:
+  // shrinking every 16 tokens cost ~250 ms a plan on an 8B shape (15 ms per decoded token).
+  std::optional<KeepPlan> before_decode_step(const WorkingSetInfo& ws) override;
 
   // Eq. 3 scores of one layer's last scoring, [kv_heads, scored slots] f32 CPU.
   const at::Tensor& layer_scores(int64_t layer) const { return scores_.at(layer); }

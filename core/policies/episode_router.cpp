@@ -43,7 +43,8 @@ void EpisodeRouter::reset() {
   episodes_.clear();
 }
 
-bool EpisodeRouter::sync_windows(const std::vector<std::string>& lines, const TextEmbedder& embed) {
+bool EpisodeRouter::sync_windows(const std::vector<std::string>& lines,
+                                 const TextsEmbedder& embed) {
   std::vector<std::string> texts;
   for (const UtteranceWindow& w : utterance_windows(0, lines.size(), options_.w_embed)) {
     std::string text;
@@ -63,9 +64,15 @@ bool EpisodeRouter::sync_windows(const std::vector<std::string>& lines, const Te
   }
   window_texts_.resize(same);
   raw_.resize(same);
-  for (size_t i = same; i < texts.size(); ++i) {
-    raw_.push_back(embed(texts[i]));
-    window_texts_.push_back(texts[i]);
+  const std::vector<std::string> fresh(texts.begin() + static_cast<std::ptrdiff_t>(same),
+                                       texts.end());
+  if (fresh.empty()) return true;
+  std::vector<Embedding> embedded = embed(fresh);
+  if (embedded.size() != fresh.size())
+    throw std::logic_error("EpisodeRouter: the embedder returned a different number of texts");
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    raw_.push_back(std::move(embedded[i]));
+    window_texts_.push_back(fresh[i]);
   }
   return true;
 }
@@ -113,6 +120,17 @@ void EpisodeRouter::recluster(EpisodeRoute& route) {
 EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
                                   const std::string& query_line, bool over_budget,
                                   const TextEmbedder& embed) {
+  return route(lines, query_line, over_budget, [&embed](const std::vector<std::string>& texts) {
+    std::vector<Embedding> out;
+    for (const std::string& t : texts)
+      out.push_back(embed(t));
+    return out;
+  });
+}
+
+EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
+                                  const std::string& query_line, bool over_budget,
+                                  const TextsEmbedder& embed) {
   using Clock = std::chrono::steady_clock;
   const auto ms_since = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -132,7 +150,7 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
     route.clustered = true;
   }
   t0 = Clock::now();
-  route.query = centre(embed(query_line));
+  route.query = centre(embed({query_line}).at(0));
   const Embedding& query = route.query;
   route.embed_ms += ms_since(t0);
   int32_t best = 0;

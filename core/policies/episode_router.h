@@ -55,6 +55,8 @@ struct EpisodeRoute {
 
 // Embeds one text (a window's lines or a query line) to a raw, not yet centred, vector.
 using TextEmbedder = std::function<Embedding(const std::string&)>;
+// The same for several texts at once (a batched forward: core/policies/text_embedding.h).
+using TextsEmbedder = std::function<std::vector<Embedding>(const std::vector<std::string>&)>;
 
 class EpisodeRouter {
  public:
@@ -66,6 +68,8 @@ class EpisodeRouter {
 
   // Routes the turn `query_line` given the conversation's utterance lines before it. Nothing is
   // clustered while `over_budget` is false (the whole conversation fits: one cache is exact).
+  EpisodeRoute route(const std::vector<std::string>& lines, const std::string& query_line,
+                     bool over_budget, const TextsEmbedder& embed);
   EpisodeRoute route(const std::vector<std::string>& lines, const std::string& query_line,
                      bool over_budget, const TextEmbedder& embed);
   // `tokens` more were fed into episode `e`'s cache; built(e): its cache was (re)built now.
@@ -93,7 +97,7 @@ class EpisodeRouter {
  private:
   // Brings the windows in line with `lines`: keeps the embedded prefix whose texts are unchanged,
   // embeds the rest. Returns false when a window that was clustered changed (edited history).
-  bool sync_windows(const std::vector<std::string>& lines, const TextEmbedder& embed);
+  bool sync_windows(const std::vector<std::string>& lines, const TextsEmbedder& embed);
   void cluster();
   void recluster(EpisodeRoute& route);
   std::vector<Embedding> centred_windows() const;

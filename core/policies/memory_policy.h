@@ -34,7 +34,8 @@ class RetrievalPolicy;
 struct WorkingSetInfo {
   int64_t tokens = 0;         // KV slots per (layer, KV head) (after a ragged plan some are empty)
   int64_t stream_tokens = 0;  // tokens of the request's stream so far (everything ever fed)
-  int64_t capacity = 0;       // fixed slots of the working set
+  int64_t capacity = 0;       // slots of the working set now
+  bool fixed_capacity = false;  // capacity never grows (budget + block, allocated once)
   int64_t layers = 0;
   int64_t kv_heads = 0;
   int64_t max_positions = 0;  // the model's trained positions

@@ -239,8 +239,8 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
   return policy;
 }
 
-int64_t session_prefill_block(int64_t max_positions) {
-  return std::min<int64_t>(512, max_positions / 4);
+int64_t session_prefill_block(int64_t max_positions, bool on_gpu) {
+  return std::min<int64_t>(on_gpu ? 2048 : 512, max_positions / 4);
 }
 
 int64_t effective_budget(const MemoryPolicy& policy, int64_t requested, int64_t max_positions,

@@ -25,9 +25,11 @@ const char* default_policy_spec();
 // Throws std::invalid_argument naming the policies or the keys it knows.
 std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec);
 
-// The prefill block of a chat session: 512 tokens, a quarter of the positions on small models.
-// The working set of a bounded policy holds its budget plus one block.
-int64_t session_prefill_block(int64_t max_positions);
+// The prefill block of a chat session: 512 tokens on the CPU, 2,048 on a GPU (EpiCache's M_block:
+// a shrink costs the same at any block size, and a GPU runs a 2K block about as fast as a 512
+// one), a quarter of the positions on small models. The working set of a bounded policy holds
+// its budget plus one block.
+int64_t session_prefill_block(int64_t max_positions, bool on_gpu = false);
 
 // The budget a bounded policy runs with: `requested` (0 = the default: the model's positions less
 // one prefill block), never more than that, so that a block always fits the positions. Full KV

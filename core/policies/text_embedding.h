@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "core/policies/episode_clustering.h"
 #include "core/runtime/decoder.h"
@@ -16,5 +17,10 @@ namespace engram {
 // One forward pass of BOS + `text` over a scratch cache (cut to the model's positions); the BOS
 // row is left out of the mean (it is the same for every text).
 Embedding embed_text(const Decoder& decoder, const Tokenizer& tokenizer, const std::string& text);
+
+// The same for several texts, batched (rows padded after each text's end): what embed_text
+// gives each text alone, in fewer forwards.
+std::vector<Embedding> embed_texts(const Decoder& decoder, const Tokenizer& tokenizer,
+                                   const std::vector<std::string>& texts);
 
 }  // namespace engram

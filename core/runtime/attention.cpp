@@ -69,6 +69,15 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const at::Tensor mask =
       mask_in.defined() && mask_in.size(1) > 1 && g > 1 ? mask_in.repeat_interleave(g, 1) : mask_in;
 #if TORCH_VERSION_MAJOR > 2 || TORCH_VERSION_MINOR >= 5
+  // With a mask, only the math backend takes enable_gqa (flash takes no mask, the memory-
+  // efficient kernel no GQA, cuDNN is off: decoder.cpp), and math materialises f32 scores of
+  // every head: a 512-token block over a 20K prefix prefilled an 8B shape at ~3K tokens/s.
+  // Repeating the KV heads (as transformers' SDPA path does) lets the memory-efficient kernel
+  // take it; the copy is one layer's KV, transient.
+  if (mask.defined() && g > 1 && q.is_cuda()) {
+    return at::scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1),
+                                            mask, 0.0, causal);
+  }
   return at::scaled_dot_product_attention(
       q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt, 0.0, causal,
       c10::nullopt, /*enable_gqa=*/g > 1);
