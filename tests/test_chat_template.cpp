@@ -124,6 +124,29 @@ class TestChatTemplate : public QObject {
     COMPARE_IDS(llama2.encode(*llama_, messages, false), expected);
   }
 
+  // A chat renders its whole history every turn; the memo reuses the ids of text runs already
+  // encoded. Same ids as without it, turn after turn, and a new turn adds only its own runs.
+  void memoisedEncodeGivesTheSameIdsAndReusesRuns() {
+    for (const ChatTemplateKind kind : {ChatTemplateKind::kLlama2, ChatTemplateKind::kChatML}) {
+      const ChatTemplate t(kind);
+      ChatTemplate::EncodeMemo memo;
+      std::vector<ChatMessage> messages{{"system", "You are terse."}};
+      size_t runs = 0;
+      for (int turn = 0; turn < 6; ++turn) {
+        messages.push_back({"user", "Question number " + std::to_string(turn) + "?"});
+        COMPARE_IDS(t.encode(*llama_, messages, true, memo), t.encode(*llama_, messages, true));
+        messages.push_back({"assistant", "Answer " + std::to_string(turn) + "."});
+        COMPARE_IDS(t.encode(*llama_, messages, false, memo), t.encode(*llama_, messages, false));
+        if (kind == ChatTemplateKind::kLlama2 && turn > 0) {
+          // Each Llama-2 turn is one run between <s> and </s>: one or two new runs per turn
+          // (the open question, then the answered turn), never the history again.
+          QVERIFY2(memo.size() - runs <= 2, qPrintable(QString::number(memo.size() - runs)));
+        }
+        runs = memo.size();
+      }
+    }
+  }
+
   void llama2RenderTextFoldsSystemIntoFirstUserTurn() {
     const ChatTemplate llama2(ChatTemplateKind::kLlama2);
     QCOMPARE(llama2.render_text(kConversation, true),

@@ -54,6 +54,7 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyCh
 
 void ChatSession::set_history(std::vector<ChatMessage> messages) {
   messages_ = std::move(messages);
+  render_memo_.clear();
 }
 
 void ChatSession::keep_for_store(bool keep) {
@@ -108,8 +109,8 @@ int64_t ChatSession::prefill_history(int64_t chunk) {
   if (messages_.empty()) return 0;
   // Episodes are built when a turn is routed to them (the first reply builds what it needs).
   if (router_ && router_->clustered()) return 0;
-  const std::vector<int32_t> rendered =
-      model_.chat_template->encode(*model_.tokenizer, messages_, /*add_generation_prompt=*/false);
+  const std::vector<int32_t> rendered = model_.chat_template->encode(
+      *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
   const std::vector<int64_t> ids(rendered.begin(), rendered.end());
   if (policy_->budget() == 0 &&
       static_cast<int64_t>(ids.size()) + 1 > model_.config.max_positions) {
@@ -345,7 +346,8 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
                                       const std::function<void(const std::string&)>& on_text) {
   const Tokenizer& tok = *model_.tokenizer;
   const ChatTemplate& tmpl = *model_.chat_template;
-  const std::vector<int32_t> rendered = tmpl.encode(tok, messages_, /*add_generation_prompt=*/true);
+  const std::vector<int32_t> rendered =
+      tmpl.encode(tok, messages_, /*add_generation_prompt=*/true, render_memo_);
   const std::vector<int64_t> prompt(rendered.begin(), rendered.end());
 
   ChatReply reply;

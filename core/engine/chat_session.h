@@ -138,8 +138,9 @@ class ChatSession {
   std::unique_ptr<MemoryPolicy> policy_;
   std::string policy_note_;
   std::unique_ptr<KvWorkingSet> ws_;
-  int64_t block_ = 512;              // prefill block (session_prefill_block)
-  std::vector<int64_t> cached_ids_;  // the stream
+  int64_t block_ = 512;                   // prefill block (session_prefill_block)
+  ChatTemplate::EncodeMemo render_memo_;  // the history's text runs, encoded once
+  std::vector<int64_t> cached_ids_;       // the stream
   std::unique_ptr<EpisodeRouter> router_;
   std::unique_ptr<MemoryPolicy> base_policy_;  // epicache without a patch: new episodes clone it
   std::vector<EpisodeCache> episode_caches_;   // the active one's members live in the fields above

@@ -344,12 +344,20 @@ std::string ReplyDelimiterStripper::finish() {
 std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
                                           const std::vector<ChatMessage>& messages,
                                           bool add_generation_prompt) const {
+  EncodeMemo once;
+  return encode(tokenizer, messages, add_generation_prompt, once);
+}
+
+std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
+                                          const std::vector<ChatMessage>& messages,
+                                          bool add_generation_prompt, EncodeMemo& memo) const {
   std::vector<int32_t> ids;
   std::string text;  // adjacent text parts are one SentencePiece call
   auto flush = [&] {
     if (text.empty()) return;
-    const auto encoded = tokenizer.encode(text);
-    ids.insert(ids.end(), encoded.begin(), encoded.end());
+    auto it = memo.find(text);
+    if (it == memo.end()) it = memo.emplace(text, tokenizer.encode(text)).first;
+    ids.insert(ids.end(), it->second.begin(), it->second.end());
     text.clear();
   };
   for (const auto& part : parts_for(kind_, messages, add_generation_prompt)) {
