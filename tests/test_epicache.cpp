@@ -14,6 +14,7 @@
 #include "core/policies/full_policy.h"
 #include "core/policies/lexical_embedding.h"
 #include "core/policies/policy_registry.h"
+#include "core/policies/text_embedding.h"
 #include "gpu/device_timeline.h"
 #include "support/fixture_models.h"
 
@@ -354,6 +355,50 @@ class EpiCacheTest : public QObject {
     // Head 0 (query heads 0, 1): top 2 of slots 0..4 are 1 and 3; head 1: 0 and 2; tail 5, 6.
     QCOMPARE(plan->per_head[0][0], (std::vector<int64_t>{1, 3, 5, 6}));
     QCOMPARE(plan->per_head[0][1], (std::vector<int64_t>{0, 2, 5, 6}));
+  }
+
+  // Decoded tokens are appended to the episode cache: a fixed working set is shrunk only when
+  // full (its budget + block), back to the budget less the slack; an unbounded one at its budget.
+  void decodeShrinksOnlyAFullWorkingSet() {
+    EpiCachePolicy policy;
+    policy.set_budget(64);
+    WorkingSetInfo ws;
+    ws.layers = 2;
+    ws.kv_heads = 2;
+    ws.capacity = 96;
+    ws.fixed_capacity = true;
+    for (const int64_t tokens : {64, 80, 95}) {
+      ws.tokens = tokens;
+      QVERIFY2(!policy.before_decode_step(ws).has_value(), qPrintable(QString::number(tokens)));
+    }
+    ws.tokens = 96;
+    const auto plan = policy.before_decode_step(ws);
+    QVERIFY(plan.has_value());
+    QCOMPARE(plan->kept(), int64_t{64 - policy.decode_slack()});
+    ws.fixed_capacity = false;
+    ws.tokens = 64;
+    QVERIFY(policy.before_decode_step(ws).has_value());
+  }
+
+  // Texts embedded in one batch (padded after each end) give what each gives alone.
+  void batchedEmbeddingsEqualOneAtATime() {
+    const Decoder& d = models_.decoder("llama-gqa");
+    QVERIFY(models_.model("llama-gqa").tokenizer != nullptr);
+    const Tokenizer& tok = *models_.model("llama-gqa").tokenizer;
+    const std::vector<std::string> texts{"User said, \"hi\"",
+                                         "Assistant said, \"a much longer line "
+                                         "about the garden and the rain\"",
+                                         "x y z"};
+    const std::vector<Embedding> batch = embed_texts(d, tok, texts);
+    QCOMPARE(batch.size(), texts.size());
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const Embedding alone = embed_text(d, tok, texts[i]);
+      QCOMPARE(batch[i].size(), alone.size());
+      float worst = 0;
+      for (size_t j = 0; j < alone.size(); ++j)
+        worst = std::max(worst, std::abs(batch[i][j] - alone[j]));
+      QVERIFY2(worst < 1e-5f, qPrintable(QString("text %1: %2").arg(i).arg(worst)));
+    }
   }
 };
 

@@ -20,6 +20,7 @@ class FixtureModels {
                       load_model({fixture_model(name), "", 0}, choose_device("cpu", "f32"), {}));
   }
   const Decoder& decoder(const std::string& name) const { return *models_.at(name).decoder; }
+  const LoadedModel& model(const std::string& name) const { return models_.at(name); }
 
  private:
   std::map<std::string, LoadedModel> models_;
