@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/policies/keep_plan_index.h"
 #include "gpu/device_info.h"
 #include "gpu/rope_rotate.h"
 
@@ -198,22 +199,11 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   const int64_t before = tokens();
   const int64_t n = plan.kept();
   const bool per_head = !plan.per_head.empty();
-  if (per_head && (static_cast<int64_t>(plan.per_head.size()) != s.layers)) {
-    throw std::invalid_argument("KeepPlan: one list per layer expected");
-  }
-  if (capture_) {
-    const int64_t from = pending_.empty() ? capture_from_ : pending_.back().end;
-    if (from < stream_end_) pending_.push_back(copy_tail(from));
-  }
-  const at::Tensor old_positions = cache_.positions()[0].narrow(0, 0, before).to(at::kCPU);
-  const at::Tensor old_map = slot_stream();  // [L, H, before], -1 where a slot holds no token
+  // Index of the kept slots, [L, H, n] on the CPU (validated once here, before anything moves).
+  // A shorter list (a ragged plan) sits at the end of its n slots, after `n - length` padding
+  // slots that read slot 0 and stay invalid: its tokens keep positions next to the fresh ones, and
+  // the verbatim tail stays at the same slots in every head (exact_slot(), truncate()).
   const auto host_long = at::TensorOptions().dtype(at::kLong);
-  const at::Tensor target = at::arange(n, host_long);
-
-  // Index of the kept slots, [L, H, n] on the CPU (validated once here). A shorter list (a
-  // ragged plan) sits at the end of its n slots, after `n - length` padding slots that read slot
-  // 0 and stay invalid: its tokens keep positions next to the fresh ones, and the verbatim tail
-  // stays at the same slots in every head (exact_slot(), truncate()).
   at::Tensor index;
   at::Tensor padded;  // [L, H, n] bool, true on padding slots; undefined when none
   int64_t lowest = 0, highest = 0;
@@ -225,37 +215,25 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
       highest = *hi;
     }
   } else {
-    // Written straight into the tensors (2M entries for an 8B shape at an 8K budget).
-    index = at::empty({s.layers, s.kv_heads, n}, host_long);
-    at::Tensor pad = at::zeros({s.layers, s.kv_heads, n}, at::kBool);
-    int64_t* out = index.data_ptr<int64_t>();
-    bool* pad_out = pad.data_ptr<bool>();
-    bool ragged = false;
-    lowest = before;
-    highest = -1;
-    for (const auto& layer : plan.per_head) {
-      if (static_cast<int64_t>(layer.size()) != s.kv_heads)
-        throw std::invalid_argument("KeepPlan: one list per KV head expected");
-      for (const auto& head : layer) {
-        const int64_t missing = n - static_cast<int64_t>(head.size());
-        ragged = ragged || missing > 0;
-        std::fill(out, out + missing, 0);
-        std::fill(pad_out, pad_out + missing, true);
-        std::copy(head.begin(), head.end(), out + missing);
-        for (const int64_t slot : head) {
-          lowest = std::min(lowest, slot);
-          highest = std::max(highest, slot);
-        }
-        out += n;
-        pad_out += n;
-      }
-    }
-    if (ragged) padded = pad;
+    PlanIndex p = per_head_plan_index(plan, s.layers, s.kv_heads);
+    index = std::move(p.index);
+    if (p.ragged) padded = std::move(p.padding);
+    lowest = p.lowest;
+    highest = p.highest;
   }
   if (n > 0 && (lowest < 0 || highest >= before)) {
     throw std::out_of_range("KeepPlan: a kept slot is outside the working set's " +
                             std::to_string(before) + " slots");
   }
+  if (capture_) {
+    const int64_t from = pending_.empty() ? capture_from_ : pending_.back().end;
+    if (from < stream_end_) pending_.push_back(copy_tail(from));
+  }
+  // Shared plans re-rotate from host positions; per-head ones read them on the device.
+  const at::Tensor old_positions =
+      per_head ? at::Tensor() : cache_.positions()[0].narrow(0, 0, before).to(at::kCPU);
+  const at::Tensor old_map = slot_stream();  // [L, H, before], -1 where a slot holds no token
+  const at::Tensor target = at::arange(n, host_long);
 
   const at::Tensor freq = inv_freq.to(cache_.device());
   // Per-head plans read the old positions on the device: one index copy and one rotation per

@@ -357,6 +357,21 @@ ModelConfig named_shape(const std::string& name) {
     c.model_type = "llama";
     c.rms_norm_eps = 1e-5;
   };
+  // Llama 3's vocabulary, 8 KV heads of 128, RoPE theta 500K.
+  auto llama3 = [&](int64_t hidden, int64_t inter, int64_t layers, int64_t heads, bool tied) {
+    llama();
+    c.hidden_size = hidden;
+    c.intermediate_size = inter;
+    c.num_layers = layers;
+    c.num_heads = heads;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    c.vocab_size = 128256;
+    c.tie_word_embeddings = tied;
+    c.rope.theta = 500000.0;
+    c.bos_token_id = 128000;
+    c.eos_token_ids = {128001};
+  };
   if (name == "qwen2.5-0.5b") {
     qwen25(896, 4864, 24, 14, 2, 151936, true);
   } else if (name == "qwen2.5-7b") {
@@ -364,36 +379,14 @@ ModelConfig named_shape(const std::string& name) {
   } else if (name == "qwen2.5-14b") {
     qwen25(5120, 13824, 48, 40, 8, 152064, false);
   } else if (name == "llama3-8b" || name == "llama3.1-8b") {
-    llama();
-    c.hidden_size = 4096;
-    c.intermediate_size = 14336;
-    c.num_layers = 32;
-    c.num_heads = 32;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    c.vocab_size = 128256;
-    c.rope.theta = 500000.0;
     // llama3.1-8b: the same layers with Llama 3.1's 128K positions (LouisKV's 32K+16K requests);
     // its RoPE scaling changes no cost, so random weights leave it out.
+    llama3(4096, 14336, 32, 32, false);
     c.max_positions = name == "llama3-8b" ? 8192 : 131072;
-    c.bos_token_id = 128000;
-    c.eos_token_ids = {128001};
   } else if (name == "llama3.2-3b") {
-    // EpiCache's efficiency model (paper Table 3): 28 layers, 24 query / 8 KV heads, tied
-    // embeddings, 128K positions (its RoPE scaling changes no cost, as for llama3.1-8b).
-    llama();
-    c.hidden_size = 3072;
-    c.intermediate_size = 8192;
-    c.num_layers = 28;
-    c.num_heads = 24;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    c.vocab_size = 128256;
-    c.tie_word_embeddings = true;
-    c.rope.theta = 500000.0;
+    // EpiCache's efficiency model (paper Table 3), 128K positions (RoPE scaling left out as above).
+    llama3(3072, 8192, 28, 24, true);
     c.max_positions = 131072;
-    c.bos_token_id = 128000;
-    c.eos_token_ids = {128001};
   } else if (name == "tiny" || name == "tiny-32k") {
     llama();
     c.hidden_size = 64;

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/policies/keep_plan_index.h"
+
 namespace engram {
 
 at::Tensor patch_scores(const at::Tensor& probs, int64_t kv_heads, int64_t cached,
@@ -197,23 +199,10 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   // The scores follow their slots (kept slot j is now slot j; a shorter list fills the last of
   // the plan's slots, after empty ones); a later shrink without a fresh patch (decode) ranks by
   // them. Gathered where they are, through one [L, H, n] index.
-  const int64_t n = plan.kept();
-  at::Tensor index = at::zeros({ws.layers, ws.kv_heads, n}, at::kLong);
-  at::Tensor padding = at::ones({ws.layers, ws.kv_heads, n}, at::kBool);
-  int64_t* ip = index.data_ptr<int64_t>();
-  bool* pp = padding.data_ptr<bool>();
-  for (int64_t l = 0; l < ws.layers; ++l) {
-    for (const auto& list : plan.per_head[l]) {
-      const int64_t skip = n - static_cast<int64_t>(list.size());
-      std::copy(list.begin(), list.end(), ip + skip);
-      std::fill(pp + skip, pp + n, false);
-      ip += n;
-      pp += n;
-    }
-  }
+  const PlanIndex kept = per_head_plan_index(plan, ws.layers, ws.kv_heads);
   const at::Device where = scores.empty() ? at::Device(at::kCPU) : scores[0].device();
-  index = index.to(where);
-  padding = padding.to(where);
+  const at::Tensor index = kept.index.to(where);
+  const at::Tensor padding = kept.padding.to(where);
   for (int64_t l = 0; l < ws.layers; ++l)
     scores[l] = scores[l].gather(1, index[l]).masked_fill_(padding[l], empty);
   scores_ = std::move(scores);

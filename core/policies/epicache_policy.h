@@ -90,7 +90,8 @@ class EpiCachePolicy : public MemoryPolicy {
   // shrinking every 16 tokens cost ~250 ms a plan on an 8B shape (15 ms per decoded token).
   std::optional<KeepPlan> before_decode_step(const WorkingSetInfo& ws) override;
 
-  // Eq. 3 scores of one layer's last scoring, [kv_heads, scored slots] f32 CPU.
+  // Eq. 3 scores of one layer's last scoring, [kv_heads, scored slots] f32, on the device
+  // attention ran on.
   const at::Tensor& layer_scores(int64_t layer) const { return scores_.at(layer); }
 
   // Patch texts in the conversation world's format (the model's QA format: a question line and
