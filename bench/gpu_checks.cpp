@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/engine/episode_kv_pool.h"
 #include "core/engine/generation_state.h"
 #include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
@@ -283,6 +284,56 @@ nlohmann::json check_page_pool(bool& ok) {
     }
     ok = ok && same;
     out["gather_kernel_equals_reference_pinned_and_device"] = same;
+    // Its inverse (an episode's write-back): the kernel writes a pinned and a device slab as the
+    // reference does, and only each page's rows.
+    bool scatter_same = true;
+    const at::Tensor k = at::randn({heads, capacity, dim}).to(at::kBFloat16).to(cuda);
+    const at::Tensor v = at::randn({heads, capacity, dim}).to(at::kBFloat16).to(cuda);
+    for (bool pinned : {true, false}) {
+      at::Tensor slab = gpu::empty_pinned({n, layers, 2, heads, page, dim}, at::kBFloat16);
+      slab.fill_(-3.0);
+      if (!pinned) slab = slab.to(cuda);
+      at::Tensor expected = slab.cpu().clone();
+      gpu::scatter_pages(slab, 1, k, v, table_dev[0], table_dev[1], table_dev[2]);
+      gpu::scatter_pages_reference(expected, 1, k.cpu(), v.cpu(), table[0], table[1], table[2]);
+      gpu::synchronize(cuda);
+      scatter_same = scatter_same && at::equal(slab.cpu(), expected);
+    }
+    ok = ok && scatter_same;
+    out["scatter_kernel_equals_reference_pinned_and_device"] = scatter_same;
+  }
+  {
+    // EpiCache's waiting episodes (core/engine/episode_kv_pool.h) on the GPU: a bf16 working set
+    // written back through the scatter kernel into pinned pages, spilled to disk, and loaded again
+    // by the gather kernel is bit for bit what it was.
+    const at::Device cuda(at::kCUDA, 0);
+    const KvCacheShape es{4, 4, 128};
+    KvWorkingSet ws(es, 512, at::kBFloat16, cuda, 4096), back(es, 512, at::kBFloat16, cuda, 4096);
+    for (int64_t l = 0; l < es.layers; ++l) {
+      const at::Tensor kv =
+          at::randn({1, es.kv_heads, 300, es.head_dim}).to(at::kBFloat16).to(cuda);
+      ws.cache().write(l, kv, kv * 2, at::arange(300, at::TensorOptions().dtype(at::kLong)));
+    }
+    std::vector<int64_t> pos(300);
+    for (int64_t i = 0; i < 300; ++i)
+      pos[i] = i;
+    ws.cache().commit(300, {pos});
+    ws.appended(300);
+    EpisodeKvPoolOptions eo;
+    eo.pinned_episodes = 1;
+    eo.max_units_per_episode = 1;
+    eo.spill_dir = "/tmp/engram-gpu-checks-spill";
+    EpisodeKvPool episodes(es, at::kBFloat16, cuda, 512, eo);
+    episodes.write_back(0, ws);
+    episodes.write_back(1, ws);
+    episodes.write_back(2, ws);  // room for one working set: earlier ones spill to disk
+    bool same = episodes.spilled_tokens() > 0 && episodes.load(0, back);
+    for (int64_t l = 0; same && l < es.layers; ++l) {
+      same = at::equal(back.cache().keys(l), ws.cache().keys(l)) &&
+             at::equal(back.cache().values(l), ws.cache().values(l));
+    }
+    ok = ok && same;
+    out["episode_pool_round_trip_bit_identical"] = same;
   }
   LoadedModel m =
       load_model({"tests/data/models/llama-gqa", "", 0}, choose_device("cuda", "f32"), {});

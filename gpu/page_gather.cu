@@ -16,15 +16,15 @@ namespace {
 constexpr int64_t kGatherBlocks = 32;
 
 // Work item = (page, k/v, head): the page's first counts[i] rows of `row_vecs` 16-byte vectors,
-// read from the slab (over PCIe when it is pinned host memory) into the destination. A few
-// blocks stride over the items: enough loads in flight to fill PCIe, while the compute stream's
-// kernels keep most SMs (one block per item slowed the overlapped forward down).
-__global__ void gather_pages_kernel(const uint4* slab, uint4* keys, uint4* values,
-                                    const int64_t* pages, const int64_t* slots,
-                                    const int64_t* counts, int64_t items, int64_t heads,
-                                    int64_t tokens, int64_t row_vecs, int64_t page_vecs,
-                                    int64_t layer_vecs, int64_t head_stride_vecs,
-                                    int64_t capacity) {
+// read from the slab (over PCIe when it is pinned host memory) into the destination, or, with
+// kToSlab, written from the working set into the slab. A few blocks stride over the items:
+// enough loads in flight to fill PCIe, while the compute stream's kernels keep most SMs (one
+// block per item slowed the overlapped forward down).
+template <bool kToSlab>
+__global__ void page_copy_kernel(uint4* slab, uint4* keys, uint4* values, const int64_t* pages,
+                                 const int64_t* slots, const int64_t* counts, int64_t items,
+                                 int64_t heads, int64_t tokens, int64_t row_vecs, int64_t page_vecs,
+                                 int64_t layer_vecs, int64_t head_stride_vecs, int64_t capacity) {
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t head = item % heads;
     const int64_t kv = (item / heads) % 2;
@@ -33,21 +33,27 @@ __global__ void gather_pages_kernel(const uint4* slab, uint4* keys, uint4* value
     const int64_t count = counts[i];
     // The loader claimed these slots; an out-of-range entry is skipped rather than written.
     if (slot < 0 || count < 0 || count > tokens || slot + count > capacity) continue;
-    const uint4* src =
+    uint4* page =
         slab + pages[i] * page_vecs + layer_vecs + (kv * heads + head) * tokens * row_vecs;
-    uint4* dst = (kv == 0 ? keys : values) + head * head_stride_vecs + slot * row_vecs;
+    uint4* ws = (kv == 0 ? keys : values) + head * head_stride_vecs + slot * row_vecs;
     const int64_t n = count * row_vecs;  // the page's rows are contiguous at both ends
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-      dst[j] = src[j];
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+      if constexpr (kToSlab) {
+        page[j] = ws[j];
+      } else {
+        ws[j] = page[j];
+      }
+    }
   }
 }
 
-}  // namespace
-
-void gather_pages_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab, int64_t layer,
-                       const at::Tensor& pages, const at::Tensor& slots, const at::Tensor& counts) {
+// Launches the copy when the layouts allow 16-byte vectors; false: the caller uses the reference.
+template <bool kToSlab>
+bool launch_page_copy(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& slab,
+                      int64_t layer, const at::Tensor& pages, const at::Tensor& slots,
+                      const at::Tensor& counts) {
   const int64_t n = pages.numel();
-  if (n == 0) return;
+  if (n == 0) return true;
   const int64_t heads = keys.size(0), capacity = keys.size(1), dim = keys.size(2);
   const int64_t tokens = slab.size(4), layers = slab.size(1);
   const int64_t elt = keys.element_size();
@@ -57,16 +63,11 @@ void gather_pages_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& s
                        reinterpret_cast<uintptr_t>(keys.data_ptr()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(values.data_ptr()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(slab.data_ptr()) % 16 == 0;
-  if (!aligned || !pages.is_cuda() || !slots.is_cuda() || !counts.is_cuda()) {
-    gather_pages_reference(keys, values, slab, layer, pages, slots, counts);
-    return;
-  }
-  const void* src = slab.data_ptr();
+  if (!aligned || !pages.is_cuda() || !slots.is_cuda() || !counts.is_cuda()) return false;
+  void* mapped = slab.data_ptr();
   if (!slab.is_cuda()) {
     // Pinned host memory is mapped under unified addressing; ask for its device address.
-    void* mapped = nullptr;
     C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, slab.data_ptr(), 0));
-    src = mapped;
   }
   const int64_t row_vecs = dim * elt / 16;
   const int64_t page_vecs = layers * 2 * heads * tokens * row_vecs;
@@ -74,12 +75,28 @@ void gather_pages_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& s
   const int64_t head_stride_vecs = keys.stride(0) * elt / 16;
   const int64_t items = n * 2 * heads;
   const int64_t blocks = std::min<int64_t>(items, kGatherBlocks);
-  gather_pages_kernel<<<blocks, 512, 0, at::cuda::getCurrentCUDAStream()>>>(
-      static_cast<const uint4*>(src), static_cast<uint4*>(keys.data_ptr()),
+  page_copy_kernel<kToSlab><<<blocks, 512, 0, at::cuda::getCurrentCUDAStream()>>>(
+      static_cast<uint4*>(mapped), static_cast<uint4*>(keys.data_ptr()),
       static_cast<uint4*>(values.data_ptr()), pages.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
       counts.data_ptr<int64_t>(), items, heads, tokens, row_vecs, page_vecs, layer_vecs,
       head_stride_vecs, capacity);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return true;
+}
+
+}  // namespace
+
+void gather_pages_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab, int64_t layer,
+                       const at::Tensor& pages, const at::Tensor& slots, const at::Tensor& counts) {
+  if (!launch_page_copy<false>(keys, values, slab, layer, pages, slots, counts))
+    gather_pages_reference(keys, values, slab, layer, pages, slots, counts);
+}
+
+void scatter_pages_cuda(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
+                        const at::Tensor& values, const at::Tensor& pages, const at::Tensor& slots,
+                        const at::Tensor& counts) {
+  if (!launch_page_copy<true>(keys, values, slab, layer, pages, slots, counts))
+    scatter_pages_reference(slab, layer, keys, values, pages, slots, counts);
 }
 
 }  // namespace engram::gpu

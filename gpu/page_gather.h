@@ -1,9 +1,9 @@
-// Brings whole pages of one layer from a page slab into the slots of a working set: the copy the
-// unit loader (core/kv/kv_unit_pool.h) issues per layer on the copy stream. On CUDA one kernel
-// reads every page straight from pinned host memory (unified addressing: the slab's host pointer
-// is valid on the device) or from device memory, instead of one cudaMemcpy per page, head and
-// K/V, which left the copies bound by launch overhead at ~2 GB/s (bench pages, H100,
-// 2026-11-25).
+// Brings whole pages of one layer from a page slab into the slots of a working set (and back,
+// scatter_pages): the copy the unit loader (core/kv/kv_unit_pool.h) issues per layer on the copy
+// stream. On CUDA one kernel reads every page straight from pinned host memory (unified addressing:
+// the slab's host pointer is valid on the device) or from device memory, instead of one cudaMemcpy
+// per page, head and K/V, which left the copies bound by launch overhead at ~2 GB/s (bench pages,
+// H100, 2026-11-25).
 //
 // slab:   [pages, layers, 2 (k, v), kv_heads, page_tokens, head_dim], pinned host or device.
 // keys, values: [kv_heads, capacity, head_dim] views (row 0 of a KvCache layer), innermost
@@ -21,14 +21,29 @@ namespace engram::gpu {
 void gather_pages(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab, int64_t layer,
                   const at::Tensor& pages, const at::Tensor& slots, const at::Tensor& counts);
 
+// The inverse, with the same table: the slots of a working set written into pages of one layer
+// of the slab (a unit taken out of a working set: an episode's write-back to the pinned pool).
+// Only each page's first counts[i] rows are written. A host reader of a pinned slab must
+// synchronise with the device first.
+void scatter_pages(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
+                   const at::Tensor& values, const at::Tensor& pages, const at::Tensor& slots,
+                   const at::Tensor& counts);
+
 // The reference body (torch copies, one per page and K/V); gather_pages uses it off CUDA.
 void gather_pages_reference(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab,
                             int64_t layer, const at::Tensor& pages, const at::Tensor& slots,
                             const at::Tensor& counts);
 
+void scatter_pages_reference(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
+                             const at::Tensor& values, const at::Tensor& pages,
+                             const at::Tensor& slots, const at::Tensor& counts);
+
 #ifdef ENGRAM_WITH_CUDA
 void gather_pages_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab, int64_t layer,
                        const at::Tensor& pages, const at::Tensor& slots, const at::Tensor& counts);
+void scatter_pages_cuda(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
+                        const at::Tensor& values, const at::Tensor& pages, const at::Tensor& slots,
+                        const at::Tensor& counts);
 #endif
 
 }  // namespace engram::gpu

@@ -252,7 +252,39 @@ class ChatEpisodesTest : public QObject {
     QVERIFY(session.episodes()->clustered());
     QVERIFY2(routed.size() >= 2, "the turns all went to one episode");
     QVERIFY(resumed > 0);
+    // The waiting episodes are units of the paged pool, in the pinned tier (room for E).
+    QVERIFY(session.episode_kv_pool() != nullptr);
+    QVERIFY(!session.episode_kv_pool()->places().empty());
+    for (const EpisodeKvPlace& p : session.episode_kv_pool()->places())
+      QCOMPARE(p.tier, PageTier::kPinned);
     last_episodes_ = static_cast<int64_t>(session.episodes()->episodes().size());
+  }
+
+  // With room for one working set in the pinned tier the other episodes wait on disk, and the chat
+  // answers exactly as with every episode pinned.
+  void spilledEpisodesAnswerAsPinnedOnes() {
+    ChatSession pinned(*model_, {}, {"epicache", 256});
+    ChatSession spilled(*model_, {}, {"epicache", 256});
+    EpisodeKvPoolOptions one;  // 13 pages of 64 tokens: two ~270-token episodes
+    one.pinned_episodes = 1;
+    one.max_units_per_episode = 1;
+    one.spill_dir = spill_.path().toStdString();
+    spilled.set_episode_kv_options(one);
+    int64_t switches = 0;
+    int32_t last = -1;
+    for (const std::string& turn : user_turns(24)) {
+      const ChatReply a = pinned.reply(turn, greedy(), {});
+      const ChatReply b = spilled.reply(turn, greedy(), {});
+      QCOMPARE(b.generation.tokens, a.generation.tokens);
+      QCOMPARE(b.route.episode, a.route.episode);
+      if (a.route.episode >= 0 && last >= 0 && a.route.episode != last) {
+        ++switches;
+      }
+      last = a.route.episode;
+    }
+    QVERIFY(switches >= 2);
+    QVERIFY(spilled.episode_kv_pool()->spilled_tokens() > 0);
+    QCOMPARE(pinned.episode_kv_pool()->spilled_tokens(), int64_t{0});
   }
 
   void calibratedLayerBudgetsComeFromTheModelsCalibration() {
@@ -322,6 +354,7 @@ class ChatEpisodesTest : public QObject {
 
  private:
   std::unique_ptr<LoadedModel> model_;
+  QTemporaryDir spill_;
   int64_t last_episodes_ = 0;
 };
 

@@ -227,6 +227,46 @@ class KvPagesTest : public QObject {
     QVERIFY_EXCEPTION_THROWN(gpu::gather_pages(keys, values, slab, 2, table[0], table[1], table[2]),
                              std::invalid_argument);
   }
+
+  // The inverse (an episode's write-back): only each page's first rows are written, the gather of
+  // the same table brings them back, and a unit taken from a cache's slots equals the unit added
+  // from the same slots stacked.
+  void pageScatterIsTheGathersInverse() {
+    const int64_t pages = 3, layers = 2, heads = 2, page = 4, dim = 8, capacity = 12;
+    at::Tensor slab = at::full({pages, layers, 2, heads, page, dim}, -7.0);
+    const at::Tensor keys = at::randn({heads, capacity, dim});
+    const at::Tensor values = at::randn({heads, capacity, dim});
+    const at::Tensor table = at::tensor({2, 0, 0, 5, 3, 4}, at::kLong).view({3, 2});
+    gpu::scatter_pages(slab, 1, keys, values, table[0], table[1], table[2]);
+    QVERIFY(at::equal(slab[2][1][0].narrow(1, 0, 3), keys.narrow(1, 0, 3)));
+    QVERIFY(at::equal(slab[0][1][1], values.narrow(1, 5, 4)));
+    QVERIFY(at::all(slab[2][1][0].select(1, 3).eq(-7.0)).item<bool>());  // past the count
+    QVERIFY(at::all(slab.select(1, 0).eq(-7.0)).item<bool>());           // another layer
+    at::Tensor k = at::zeros_like(keys), v = at::zeros_like(values);
+    gpu::gather_pages(k, v, slab, 1, table[0], table[1], table[2]);
+    QVERIFY(at::equal(k.narrow(1, 5, 4), keys.narrow(1, 5, 4)));
+    QVERIFY(at::equal(v.narrow(1, 0, 3), values.narrow(1, 0, 3)));
+    const at::Tensor past_end = at::tensor({0, 10, 4}, at::kLong).view({3, 1});
+    QVERIFY_EXCEPTION_THROWN(
+        gpu::scatter_pages(slab, 0, keys, values, past_end[0], past_end[1], past_end[2]),
+        std::out_of_range);
+
+    KvCache cache(shape(), 1, 64, at::kFloat, at::Device(at::kCPU));
+    CacheKvSource source(cache);
+    gpu::DeviceTimeline timeline(at::Device(at::kCPU));
+    forward(source, ids(45, 3), iota(0, 45), timeline);
+    KvPagePool pool(shape(), at::kFloat, at::Device(at::kCPU), options(0, 16));
+    KvUnitPool units(pool);
+    const int64_t taken = units.add_from_cache("episode", -1, cache, 7, 30, PageTier::kPinned);
+    QCOMPARE(units.unit(taken).tokens, int64_t{30});
+    QCOMPARE(units.unit(taken).positions, iota(7, 30));
+    QVERIFY(at::equal(units.read(taken), unit_kv(cache, 7, 30)));
+    const int64_t copy = units.clone(taken, PageTier::kDisk);
+    QVERIFY(at::equal(units.read(copy), unit_kv(cache, 7, 30)));
+    QCOMPARE(units.unit(copy).positions, iota(7, 30));
+    QVERIFY_EXCEPTION_THROWN(units.add_from_cache("episode", -1, cache, 40, 10, PageTier::kPinned),
+                             std::invalid_argument);
+  }
 };
 
 QTEST_GUILESS_MAIN(KvPagesTest)

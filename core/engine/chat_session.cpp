@@ -181,30 +181,34 @@ void ChatSession::set_episode_patch(int32_t episode, const std::string& patch_so
   static_cast<EpiCachePolicy&>(target).set_patch(episode_patch(patch_source));
 }
 
+EpisodeKvPool& ChatSession::episode_kv() {
+  if (!episode_kv_) {
+    const KvCache& c = ws_->cache();
+    EpisodeKvPoolOptions options = episode_kv_options_;
+    if (options.pinned_episodes <= 0) options.pinned_episodes = router_->options().episodes;
+    episode_kv_ =
+        std::make_unique<EpisodeKvPool>(c.shape(), c.dtype(), c.device(), c.capacity(), options);
+  }
+  return *episode_kv_;
+}
+
 void ChatSession::switch_episode(int32_t episode) {
   if (episode == active_episode_) return;
   if (active_episode_ >= 0) {  // write back the active episode's cache
     EpisodeCache& out = episode_caches_[active_episode_];
     if (cached_ids_.empty()) {
-      out.ws.reset();
+      episode_kv().drop(active_episode_);
     } else {
-      if (!out.ws) {
-        out.ws = std::make_unique<KvWorkingSet>(ws_->cache().shape(), ws_->cache().capacity(),
-                                                ws_->cache().dtype(), at::Device(at::kCPU),
-                                                model_.config.max_positions, /*pinned_host=*/true);
-      }
-      out.ws->assign(*ws_);
+      episode_kv().write_back(active_episode_, *ws_);
     }
     out.ids = cached_ids_;
     out.policy = std::move(policy_);
   }
   EpisodeCache& in = episode_caches_[episode];
   policy_ = std::move(in.policy);
-  if (in.ws) {
-    ws_->assign(*in.ws);
+  if (episode_kv().load(episode, *ws_)) {
     cached_ids_ = in.ids;
   } else {
-    ws_->clear();
     cached_ids_.clear();
   }
   active_episode_ = episode;
@@ -225,6 +229,7 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
   if (route.episode < 0) {
     if (active_episode_ >= 0) {  // the history was replaced below what was clustered
       episode_caches_.clear();
+      if (episode_kv_) episode_kv_->clear();
       active_episode_ = -1;
       policy_ = base_policy_->clone();
       ws_->clear();
@@ -237,28 +242,29 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
     if (active_episode_ >= 0) policy_ = base_policy_->clone();
     ws_->set_capture(false);
     episode_caches_.clear();
+    if (episode_kv_) episode_kv_->clear();
     active_episode_ = -1;
   }
   // Episodes without a cache yet (just clustered, or restored from the store) start unbuilt.
   const size_t known = episodes.size() - (route.created ? 1 : 0);
   while (episode_caches_.size() < known) {
-    episode_caches_.push_back(
-        {episode_policy(episodes[episode_caches_.size()].patch_source), nullptr, {}});
+    episode_caches_.push_back({episode_policy(episodes[episode_caches_.size()].patch_source), {}});
   }
   if (route.created) {
     // A new topic starts from the nearest episode's cache (the paper starts from the turn alone;
     // Engram keeps what that cache remembers) and takes the turn as its patch.
-    EpisodeCache fresh{episode_policy(episodes.back().patch_source), nullptr, {}};
+    EpisodeCache fresh{episode_policy(episodes.back().patch_source), {}};
     const auto nearest = static_cast<int32_t>(
         std::max_element(route.cosines.begin(), route.cosines.end()) - route.cosines.begin());
-    const KvWorkingSet* from =
-        nearest == active_episode_ ? ws_.get() : episode_caches_[nearest].ws.get();
-    if (from && from->stream_tokens() > 0) {
-      fresh.ws = std::make_unique<KvWorkingSet>(ws_->cache().shape(), ws_->cache().capacity(),
-                                                ws_->cache().dtype(), at::Device(at::kCPU),
-                                                model_.config.max_positions, /*pinned_host=*/true);
-      fresh.ws->assign(*from);
-      fresh.ids = nearest == active_episode_ ? cached_ids_ : episode_caches_[nearest].ids;
+    const auto created = static_cast<int32_t>(episode_caches_.size());
+    if (nearest == active_episode_) {
+      if (ws_->stream_tokens() > 0) {
+        episode_kv().write_back(created, *ws_);
+        fresh.ids = cached_ids_;
+      }
+    } else if (episode_kv().has(nearest)) {
+      episode_kv().copy(nearest, created);
+      fresh.ids = episode_caches_[nearest].ids;
     }
     episode_caches_.push_back(std::move(fresh));
   }
@@ -307,9 +313,11 @@ std::optional<EpisodeTraceStep> ChatSession::episode_trace_step(const ChatReply&
   for (size_t e = 0; e < episodes.size(); ++e) {
     EpisodeTraceEpisode& out = step.episodes[e];
     const bool active = static_cast<int32_t>(e) == active_episode_;
-    const KvWorkingSet* ws = active ? ws_.get() : episode_caches_[e].ws.get();
     const bool built = active || !episode_caches_[e].ids.empty();
-    out.cache_tokens = ws && built ? ws->tokens() : 0;
+    const int64_t tokens = active        ? ws_->tokens()
+                           : episode_kv_ ? episode_kv_->tokens(static_cast<int32_t>(e))
+                                         : 0;
+    out.cache_tokens = built ? tokens : 0;
     out.fed_tokens = episodes[e].fed_since_build;
     out.built = active && (reply.route.clustered || reply.route.rebuild || reply.rebuilt);
   }

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/episode_kv_pool.h"
 #include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
 #include "core/kv/working_set.h"
@@ -89,6 +90,11 @@ class ChatSession {
   const EpisodeRouter* episodes() const { return router_.get(); }
   EpisodeRouter* episodes() { return router_.get(); }
   int32_t active_episode() const { return active_episode_; }
+  // Where the waiting episodes' KV is (null before the first clustering), and how much of it the
+  // pinned host tier holds before episodes spill to disk (set before the first clustering;
+  // pinned_episodes 0: as many as the episodes of the first clustering).
+  const EpisodeKvPool* episode_kv_pool() const { return episode_kv_.get(); }
+  void set_episode_kv_options(EpisodeKvPoolOptions options) { episode_kv_options_ = options; }
   // The episodes panel's view of a routed turn (core/policies/episode_trace.h): windows, episodes
   // with their cache sizes, the query; std::nullopt when the turn was not routed.
   std::optional<EpisodeTraceStep> episode_trace_step(const ChatReply& reply) const;
@@ -125,12 +131,13 @@ class ChatSession {
   std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;
   void set_episode_patch(int32_t episode, const std::string& patch_source);
 
-  // An episode's cache while another one is active (its policy holds its patch and scores).
+  // An episode while another one is active (its policy holds its patch and scores); its KV
+  // waits in episode_kv_ (none stored: not built yet, the next route builds it).
   struct EpisodeCache {
     std::unique_ptr<MemoryPolicy> policy;
-    std::unique_ptr<KvWorkingSet> ws;  // null: not built yet (the next route builds it)
     std::vector<int64_t> ids;
   };
+  EpisodeKvPool& episode_kv();
 
   LoadedModel& model_;
   std::vector<ChatMessage> messages_;
@@ -144,6 +151,8 @@ class ChatSession {
   std::unique_ptr<EpisodeRouter> router_;
   std::unique_ptr<MemoryPolicy> base_policy_;  // epicache without a patch: new episodes clone it
   std::vector<EpisodeCache> episode_caches_;   // the active one's members live in the fields above
+  std::unique_ptr<EpisodeKvPool> episode_kv_;  // waiting episodes' KV (pinned pool, disk)
+  EpisodeKvPoolOptions episode_kv_options_{.pinned_episodes = 0};
   int32_t active_episode_ = -1;
 };
 

@@ -4,7 +4,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "gpu/device_timeline.h"
 #include "gpu/rope_rotate.h"
 
 namespace engram {
@@ -16,13 +15,12 @@ bool all_equal(const std::vector<int64_t>& v) {
 }  // namespace
 
 KvCache::KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::ScalarType dtype,
-                 at::Device device, bool pinned_host)
+                 at::Device device)
     : shape_(shape),
       batch_(batch),
       capacity_(std::max<int64_t>(capacity, 1)),
       dtype_(dtype),
       device_(device),
-      pinned_host_(pinned_host && device.is_cpu()),
       lengths_(batch, 0) {
   for (int64_t l = 0; l < shape.layers; ++l) {
     keys_.push_back(zeroed_storage(capacity_));
@@ -36,7 +34,6 @@ at::Tensor KvCache::zeroed_storage(int64_t capacity) const {
   // Zeros, not empty: masked slots (position -1, ragged rows, a working set's free capacity) are
   // still read by attention with probability 0, and 0 x NaN from stale memory would be NaN.
   const std::vector<int64_t> shape{batch_, shape_.kv_heads, capacity, shape_.head_dim};
-  if (pinned_host_) return gpu::empty_pinned(shape, dtype_).zero_();
   return at::zeros(shape, at::TensorOptions().dtype(dtype_).device(device_));
 }
 

@@ -19,10 +19,8 @@ struct KvCacheShape {
 
 class KvCache {
  public:
-  // `pinned_host`: a host cache whose K/V sit in page-locked memory when CUDA is available, so
-  // that copies to and from the GPU run at DMA speed (an episode cache waiting for its turn).
   KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::ScalarType dtype,
-          at::Device device, bool pinned_host = false);
+          at::Device device);
 
   // Writes S tokens of one layer into every row at the row's current length (lengths advance
   // in commit(), after all layers have written).
@@ -85,7 +83,6 @@ class KvCache {
   int64_t capacity_;
   at::ScalarType dtype_;
   at::Device device_;
-  bool pinned_host_ = false;
   std::vector<at::Tensor> keys_;  // per layer [B, H, capacity, d]
   std::vector<at::Tensor> values_;
   at::Tensor positions_;  // [B, capacity] int64

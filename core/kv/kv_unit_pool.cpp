@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/trace/trace_recorder.h"
+#include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
 #include "gpu/page_gather.h"
 
@@ -52,6 +53,80 @@ int64_t KvUnitPool::add(std::string kind, int64_t stream_begin, const at::Tensor
   return next_id_++;
 }
 
+std::vector<PageRef> KvUnitPool::allocate(int64_t n, PageTier tier) {
+  std::vector<PageRef> out;
+  try {
+    for (int64_t i = 0; i < n; ++i)
+      out.push_back(pages_.allocate(tier));
+  } catch (...) {
+    for (const PageRef& page : out)
+      pages_.release(page);
+    throw;
+  }
+  return out;
+}
+
+int64_t KvUnitPool::pages_for(int64_t tokens) const {
+  return (tokens + pages_.page_tokens() - 1) / pages_.page_tokens();
+}
+
+void KvUnitPool::sync_device() const {
+  if (pages_.device().is_cuda()) gpu::synchronize(pages_.device());
+}
+
+int64_t KvUnitPool::add_from_cache(std::string kind, int64_t stream_begin, const KvCache& cache,
+                                   int64_t first_slot, int64_t n, PageTier tier) {
+  const KvCacheShape& s = pages_.shape();
+  if (tier == PageTier::kDisk)
+    throw std::invalid_argument("KvUnitPool::add_from_cache: a resident tier only");
+  if (cache.batch() != 1 || cache.dtype() != pages_.dtype() || cache.shape().layers != s.layers ||
+      cache.shape().kv_heads != s.kv_heads || cache.shape().head_dim != s.head_dim ||
+      first_slot < 0 || n < 0 || first_slot + n > cache.lengths()[0]) {
+    throw std::invalid_argument(
+        "KvUnitPool::add_from_cache: slots outside the cache, or a cache of another shape");
+  }
+  KvUnit u;
+  u.id = next_id_;
+  u.kind = std::move(kind);
+  u.stream_begin = stream_begin;
+  u.tokens = n;
+  const at::Tensor positions = cache.positions().select(0, 0).narrow(0, first_slot, n).cpu();
+  u.positions.assign(positions.data_ptr<int64_t>(), positions.data_ptr<int64_t>() + n);
+  u.pages = allocate(pages_for(n), tier);
+  PageTableRows rows;
+  rows.add_unit(u, first_slot, tier, pages_.page_tokens());
+  if (!rows.empty()) {
+    const bool cuda = cache.device().is_cuda();
+    const at::Tensor host = rows.host_tensor(cuda);
+    const at::Tensor table = cuda ? host.to(cache.device(), /*non_blocking=*/true) : host;
+    at::Tensor slab = pages_.slab(tier);
+    for (int64_t l = 0; l < s.layers; ++l) {
+      gpu::scatter_pages(slab, l, cache.keys(l)[0], cache.values(l)[0], table[0], table[1],
+                         table[2]);
+    }
+  }
+  units_.emplace(u.id, std::move(u));
+  return next_id_++;
+}
+
+int64_t KvUnitPool::clone(int64_t id, PageTier tier) {
+  KvUnit u = unit(id);
+  sync_device();
+  std::vector<PageRef> copies = allocate(static_cast<int64_t>(u.pages.size()), tier);
+  try {
+    for (size_t i = 0; i < copies.size(); ++i)
+      pages_.write(copies[i], pages_.read(u.pages[i]));
+  } catch (...) {
+    for (const PageRef& page : copies)
+      pages_.release(page);
+    throw;
+  }
+  u.id = next_id_;
+  u.pages = std::move(copies);
+  units_.emplace(u.id, std::move(u));
+  return next_id_++;
+}
+
 const KvUnit& KvUnitPool::unit(int64_t id) const {
   auto it = units_.find(id);
   if (it == units_.end()) throw std::out_of_range("no KV unit " + std::to_string(id));
@@ -61,13 +136,11 @@ const KvUnit& KvUnitPool::unit(int64_t id) const {
 void KvUnitPool::move(int64_t id, PageTier tier) {
   KvUnit& u = const_cast<KvUnit&>(unit(id));
   if (u.tier() == tier) return;
-  std::vector<PageRef> moved;
+  sync_device();
+  std::vector<PageRef> moved = allocate(static_cast<int64_t>(u.pages.size()), tier);
   try {
-    for (const PageRef& page : u.pages) {
-      const PageRef target = pages_.allocate(tier);
-      moved.push_back(target);
-      pages_.write(target, pages_.read(page));
-    }
+    for (size_t i = 0; i < moved.size(); ++i)
+      pages_.write(moved[i], pages_.read(u.pages[i]));
   } catch (...) {
     for (const PageRef& page : moved)
       pages_.release(page);
@@ -80,6 +153,7 @@ void KvUnitPool::move(int64_t id, PageTier tier) {
 
 at::Tensor KvUnitPool::read(int64_t id) const {
   const KvUnit& u = unit(id);
+  sync_device();
   std::vector<at::Tensor> blocks;
   for (const PageRef& page : u.pages)
     blocks.push_back(pages_.read(page).to(at::kCPU));

@@ -55,6 +55,13 @@ class KvUnitPool {
   // `positions` (n of them), stored in `tier`. Returns its id. On a full tier nothing is kept.
   int64_t add(std::string kind, int64_t stream_begin, const at::Tensor& kv,
               std::vector<int64_t> positions, PageTier tier);
+  // A new unit from `n` slots of row 0 of `cache` from `first_slot` on, with the slots' positions,
+  // in a resident tier (device or pinned): one page-scatter per layer, no staging copy (an
+  // episode written back from the working set). The copies are on the current stream.
+  int64_t add_from_cache(std::string kind, int64_t stream_begin, const KvCache& cache,
+                         int64_t first_slot, int64_t n, PageTier tier);
+  // A copy of unit `id` in `tier` (the same bits and positions). Returns its id.
+  int64_t clone(int64_t id, PageTier tier);
   // Moves every page of the unit to `tier`; on failure (tier full, disk error) the unit stays
   // where it was, whole.
   void move(int64_t id, PageTier tier);
@@ -65,9 +72,16 @@ class KvUnitPool {
   const KvUnit& unit(int64_t id) const;
   std::vector<int64_t> ids() const;
   int64_t tokens_in(PageTier tier) const;
+  // Pages `tokens` tokens take (a unit's pages are its own).
+  int64_t pages_for(int64_t tokens) const;
   KvPagePool& pages() const { return pages_; }
 
  private:
+  // Allocates n pages of `tier`, all or none.
+  std::vector<PageRef> allocate(int64_t n, PageTier tier);
+  // Host reads of pages written by the device (a kernel into pinned memory) wait for it.
+  void sync_device() const;
+
   KvPagePool& pages_;
   std::map<int64_t, KvUnit> units_;
   int64_t next_id_ = 0;

@@ -18,9 +18,8 @@ at::Tensor stream_range(int64_t begin, int64_t n) {
 }  // namespace
 
 KvWorkingSet::KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType dtype,
-                           at::Device device, int64_t max_positions, bool pinned_host)
-    : owned_(std::make_unique<KvCache>(shape, 1, capacity > 0 ? capacity : 256, dtype, device,
-                                       pinned_host)),
+                           at::Device device, int64_t max_positions)
+    : owned_(std::make_unique<KvCache>(shape, 1, capacity > 0 ? capacity : 256, dtype, device)),
       cache_(*owned_),
       fixed_(capacity > 0),
       max_positions_(max_positions) {}
@@ -59,6 +58,7 @@ bool KvWorkingSet::truncate(int64_t stream_length) {
   if (stream_length < exact_stream_) return false;
   cache_.truncate(0, exact_slot_ + (stream_length - exact_stream_));
   stream_end_ = stream_length;
+  unchanged_ = std::min(unchanged_, tokens());
   // Captured runs lose what lies past the cut.
   std::vector<KvRun> kept;
   for (KvRun& run : pending_) {
@@ -84,6 +84,7 @@ void KvWorkingSet::clear() {
   pending_.clear();
   capture_from_ = 0;
   peak_ = 0;
+  unchanged_ = 0;
 }
 
 void KvWorkingSet::assign(const KvWorkingSet& other) {
@@ -121,6 +122,35 @@ void KvWorkingSet::assign(const KvWorkingSet& other) {
   pending_.clear();
   peak_ = other.peak_;
   evicted_ = other.evicted_;
+  unchanged_ = 0;
+}
+
+WorkingSetLayout KvWorkingSet::layout() const {
+  WorkingSetLayout l;
+  l.tokens = tokens();
+  l.compacted = compacted_;
+  l.exact_slot = exact_slot_;
+  l.exact_stream = exact_stream_;
+  l.stream_end = stream_end_;
+  l.peak = peak_;
+  l.evicted = evicted_;
+  l.ragged = cache_.key_valid(0).defined();
+  return l;
+}
+
+void KvWorkingSet::restore(const WorkingSetLayout& layout) {
+  if (tokens() != layout.tokens)
+    throw std::logic_error("KvWorkingSet::restore: the slots of the layout are not loaded");
+  compacted_ = layout.compacted;
+  exact_slot_ = layout.exact_slot;
+  exact_stream_ = layout.exact_stream;
+  stream_end_ = layout.stream_end;
+  capture_from_ = stream_end_;
+  pending_.clear();
+  peak_ = layout.peak;
+  evicted_ = layout.evicted;
+  cache_.set_key_valid(layout.ragged ? slot_stream().ge(0) : at::Tensor());
+  unchanged_ = 0;
 }
 
 at::Tensor KvWorkingSet::slot_stream() const {
@@ -195,6 +225,7 @@ void KvWorkingSet::mark_stored(int64_t stream_end) {
 }
 
 void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
+  unchanged_ = 0;
   const KvCacheShape& s = cache_.shape();
   const int64_t before = tokens();
   const int64_t n = plan.kept();
@@ -311,6 +342,7 @@ void KvWorkingSet::set_slot_map(const at::Tensor& map_in) {
 
 void KvWorkingSet::adopt(const KvCache& cache, const at::Tensor& slot_stream,
                          int64_t stream_tokens) {
+  unchanged_ = 0;
   const KvCacheShape& s = cache_.shape();
   const int64_t n = cache.lengths()[0];
   if (cache.shape().layers != s.layers || cache.shape().kv_heads != s.kv_heads ||

@@ -37,12 +37,24 @@ struct KvRun {
   at::Tensor positions;  // [end - begin] int64
 };
 
+// A working set without its KV: its slot count and which stream token each slot holds (an
+// episode waiting in the paged pool keeps this beside its units, core/engine/episode_kv_pool.h).
+struct WorkingSetLayout {
+  int64_t tokens = 0;
+  at::Tensor compacted;  // [L, H, exact_slot] int64 CPU, or undefined
+  int64_t exact_slot = 0;
+  int64_t exact_stream = 0;
+  int64_t stream_end = 0;
+  int64_t peak = 0;
+  int64_t evicted = 0;
+  bool ragged = false;  // some (layer, head) lists are shorter: slots hidden per head
+};
+
 class KvWorkingSet {
  public:
   // `capacity` slots per (layer, head); 0 grows on demand (unbounded policies).
-  // `pinned_host`: see KvCache (a host copy of a GPU working set, e.g. a waiting episode).
   KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType dtype, at::Device device,
-               int64_t max_positions, bool pinned_host = false);
+               int64_t max_positions);
   // A working set over a cache that someone else owns (full KV, grown on demand): the cache's
   // row 0 is the stream so far, at positions 0..n-1.
   KvWorkingSet(KvCache& cache, int64_t max_positions);
@@ -73,6 +85,16 @@ class KvWorkingSet {
   // Becomes a copy of `other` (same layout; its slots are copied into this set's own storage, so
   // addresses stay fixed). Captured runs are not copied.
   void assign(const KvWorkingSet& other);
+
+  // The layout without the KV, and the way back: `restore` takes a layout whose KV the caller
+  // has already put in slots [0, layout.tokens) at positions 0..n-1 (tokens() must equal it).
+  WorkingSetLayout layout() const;
+  void restore(const WorkingSetLayout& layout);
+  // Slots from 0 whose KV is unchanged since mark_unchanged(): appends keep them, a truncate
+  // shortens them, a plan, clear, assign, adopt or restore resets them (an episode written back
+  // to the pool rewrites only what changed).
+  int64_t unchanged_slots() const { return unchanged_; }
+  void mark_unchanged() { unchanged_ = tokens(); }
 
   // Applies a plan: gathers the kept slots per (layer, head), re-rotates them to 0..n-1 and
   // frees the rest. With capture on, the tokens no run holds yet are copied out first.
@@ -128,6 +150,7 @@ class KvWorkingSet {
   std::vector<KvRun> pending_;
   int64_t peak_ = 0;
   int64_t evicted_ = 0;
+  int64_t unchanged_ = 0;
 };
 
 }  // namespace engram
