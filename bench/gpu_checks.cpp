@@ -387,7 +387,7 @@ nlohmann::json check_page_pool(bool& ok) {
 
 // LouisKV's kernels (issue 17) against their reference bodies: k-means assignment (near-ties,
 // whose best two cosines are within 1e-5, may go either way and are not compared) and update,
-// budgeted selection, the row gather from a pinned and a device pool; then one timing each at
+// budgeted selection, the paged row gather from a pinned and a device slab; then one timing each at
 // a LouisKV-sized layer.
 nlohmann::json check_louiskv_kernels(bool& ok) {
   nlohmann::json out;
@@ -478,27 +478,32 @@ nlohmann::json check_louiskv_kernels(bool& ok) {
        {GatherShape{at::kBFloat16, 8, 3000, 1024, 128}, GatherShape{at::kFloat, 4, 500, 77, 64},
         GatherShape{at::kHalf, 2, 100, 40, 96}, GatherShape{at::kFloat, 3, 50, 20, 3}}) {
     at::manual_seed(s.pool);
-    // The second layer of a pinned pool: the kernel reads from inside a pinned allocation.
-    at::Tensor pool = gpu::empty_pinned({2, s.heads, s.pool, s.dim}, s.dtype);
-    pool.copy_(at::randn({2, s.heads, s.pool, s.dim}).to(s.dtype));
-    const at::Tensor pinned = pool[1];
-    // Rows with -1 holes; dst a view of a wider working set (rows 5.. of picked + 9).
+    // Layer 1 of a pinned slab of 64-row pages, its pages in a shuffled table: the kernel reads
+    // from inside a pinned allocation through the table.
+    const int64_t page = 64, pages = (s.pool + page - 1) / page;
+    at::Tensor slab = gpu::empty_pinned({pages + 2, 2, 2, s.heads, page, s.dim}, s.dtype);
+    slab.copy_(at::randn({pages + 2, 2, 2, s.heads, page, s.dim}).to(s.dtype));
+    const at::Tensor table = at::randperm(pages + 2, at::kLong).narrow(0, 0, pages).contiguous();
+    // Rows with -1 holes; destinations views of wider working sets (rows 5.. of picked + 9).
     at::Tensor rows = at::randint(0, s.pool, {s.heads, s.picked}, at::kLong);
     rows.masked_fill_(at::rand({s.heads, s.picked}).lt(0.1), -1);
-    at::Tensor expected = at::full({s.heads, s.picked + 9, s.dim}, 3.f, s.dtype);
-    at::Tensor expected_view = expected.narrow(1, 5, s.picked + 2);
-    gpu::gather_rows_reference(expected_view, pinned, rows);
+    at::Tensor expected_k = at::full({s.heads, s.picked + 9, s.dim}, 3.f, s.dtype);
+    at::Tensor expected_v = expected_k.clone();
+    at::Tensor ek = expected_k.narrow(1, 5, s.picked + 2),
+               ev = expected_v.narrow(1, 5, s.picked + 2);
+    gpu::gather_paged_rows_reference(ek, ev, slab, 1, table, rows);
     for (const bool from_device : {false, true}) {
-      const at::Tensor src = from_device ? pinned.to(cuda) : pinned;
-      at::Tensor buffer = at::full({s.heads, s.picked + 9, s.dim}, 3.f,
-                                   at::TensorOptions().dtype(s.dtype).device(cuda));
-      at::Tensor view = buffer.narrow(1, 5, s.picked + 2);
-      gpu::gather_rows(view, src, rows.to(cuda));
-      const bool same = at::equal(buffer.cpu(), expected);
+      const at::Tensor src = from_device ? slab.to(cuda) : slab;
+      const auto opts = at::TensorOptions().dtype(s.dtype).device(cuda);
+      at::Tensor kbuf = at::full({s.heads, s.picked + 9, s.dim}, 3.f, opts);
+      at::Tensor vbuf = at::full({s.heads, s.picked + 9, s.dim}, 3.f, opts);
+      at::Tensor k = kbuf.narrow(1, 5, s.picked + 2), v = vbuf.narrow(1, 5, s.picked + 2);
+      gpu::gather_paged_rows(k, v, src, 1, table.to(cuda), rows.to(cuda));
+      const bool same = at::equal(kbuf.cpu(), expected_k) && at::equal(vbuf.cpu(), expected_v);
       const std::string what = std::string(c10::toString(s.dtype)) + " " + std::to_string(s.heads) +
                                "x" + std::to_string(s.picked) + "x" + std::to_string(s.dim) +
                                (from_device ? " device" : " pinned");
-      line("gather_rows " + what, same, same ? "equal" : "differs");
+      line("gather_paged_rows " + what, same, same ? "equal" : "differs");
       gather.push_back({{"dtype", c10::toString(s.dtype)},
                         {"heads", s.heads},
                         {"rows", s.picked},
@@ -507,42 +512,44 @@ nlohmann::json check_louiskv_kernels(bool& ok) {
                         {"equal", same}});
     }
   }
-  out["gather_rows"] = gather;
+  out["gather_paged_rows"] = gather;
 
   {
-    // 32 layers' loads of 1024 rows x 8 heads x 128 bf16 from a pinned pool of 4096 rows per
-    // layer (each layer its own memory, so that no load is served from the L2 of the last).
-    const int64_t layers = 32, heads = 8, pool = 4096, picked = 1024, dim = 128;
-    at::Tensor host = gpu::empty_pinned({layers, heads, pool, dim}, at::kBFloat16);
-    host.fill_(1);
+    // 32 layers' loads of 1024 rows x 8 heads x 128 bf16, keys and values, from a pinned pool of
+    // 4096 rows in 64-row pages (each layer its own memory, so that no load is served from the L2
+    // of the last).
+    const int64_t layers = 32, heads = 8, pool = 4096, picked = 1024, dim = 128, page = 64;
+    at::Tensor slab = gpu::empty_pinned({pool / page, layers, 2, heads, page, dim}, at::kBFloat16);
+    slab.fill_(1);
+    const at::Tensor table = at::randperm(pool / page, at::kLong).to(cuda);
     const at::Tensor rows = at::randperm(pool, at::kLong)
                                 .narrow(0, 0, picked)
                                 .unsqueeze(0)
                                 .expand({heads, picked})
                                 .contiguous()
                                 .to(cuda);
-    at::Tensor dst =
-        at::empty({heads, picked, dim}, at::TensorOptions().dtype(at::kBFloat16).device(cuda));
+    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(cuda);
+    at::Tensor k = at::empty({heads, picked, dim}, opts), v = at::empty({heads, picked, dim}, opts);
     double best_ms = 1e30;
     for (int rep = 0; rep < 6; ++rep) {
       gpu::synchronize(cuda);
       const auto t0 = std::chrono::steady_clock::now();
       for (int64_t l = 0; l < layers; ++l)
-        gpu::gather_rows(dst, host[l], rows);
+        gpu::gather_paged_rows(k, v, slab, l, table, rows);
       gpu::synchronize(cuda);
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (rep > 0) best_ms = std::min(best_ms, ms);  // the first warms up
     }
-    const double bytes = static_cast<double>(layers * heads * picked * dim * 2);
+    const double bytes = static_cast<double>(2 * layers * heads * picked * dim * 2);
     const double gbps = bytes / (best_ms * 1e6);
     std::fprintf(stderr,
-                 "TIME louiskv gather_rows pinned: 32 layers x 1024 rows x 8 heads x 128 bf16 "
-                 "(%.1f MiB) in %.3f ms = %.1f GB/s\n",
+                 "TIME louiskv gather_paged_rows pinned: 32 layers x 1024 rows x 8 heads x 128 "
+                 "bf16, K and V (%.1f MiB) in %.3f ms = %.1f GB/s\n",
                  bytes / (1 << 20), best_ms, gbps);
-    out["gather_rows_pinned_timing"] = {{"layers", layers}, {"rows", picked}, {"heads", heads},
-                                        {"head_dim", dim},  {"bytes", bytes}, {"best_ms", best_ms},
-                                        {"gbps", gbps}};
+    out["gather_paged_rows_pinned_timing"] = {
+        {"layers", layers}, {"rows", picked},     {"heads", heads}, {"head_dim", dim},
+        {"bytes", bytes},   {"best_ms", best_ms}, {"gbps", gbps}};
   }
   {
     // One k-means iteration (assign + update) at 8 heads x 32768 keys x 2048 clusters x 128.

@@ -22,8 +22,9 @@ constexpr int64_t kGatherBlocks = 32;
 // block per item slowed the overlapped forward down).
 template <bool kToSlab>
 __global__ void page_copy_kernel(uint4* slab, uint4* keys, uint4* values, const int64_t* pages,
-                                 const int64_t* slots, const int64_t* counts, int64_t items,
-                                 int64_t heads, int64_t tokens, int64_t row_vecs, int64_t page_vecs,
+                                 const int64_t* slots, const int64_t* counts,
+                                 const int64_t* first_rows, int64_t items, int64_t heads,
+                                 int64_t tokens, int64_t row_vecs, int64_t page_vecs,
                                  int64_t layer_vecs, int64_t head_stride_vecs, int64_t capacity) {
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t head = item % heads;
@@ -51,7 +52,7 @@ __global__ void page_copy_kernel(uint4* slab, uint4* keys, uint4* values, const 
 template <bool kToSlab>
 bool launch_page_copy(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& slab,
                       int64_t layer, const at::Tensor& pages, const at::Tensor& slots,
-                      const at::Tensor& counts) {
+                      const at::Tensor& counts, const at::Tensor& first_rows = {}) {
   const int64_t n = pages.numel();
   if (n == 0) return true;
   const int64_t heads = keys.size(0), capacity = keys.size(1), dim = keys.size(2);
@@ -64,6 +65,9 @@ bool launch_page_copy(const at::Tensor& keys, const at::Tensor& values, const at
                        reinterpret_cast<uintptr_t>(values.data_ptr()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(slab.data_ptr()) % 16 == 0;
   if (!aligned || !pages.is_cuda() || !slots.is_cuda() || !counts.is_cuda()) return false;
+  if (first_rows.defined() &&
+      (!first_rows.is_cuda() || first_rows.numel() != n || first_rows.scalar_type() != at::kLong))
+    return false;
   void* mapped = slab.data_ptr();
   if (!slab.is_cuda()) {
     // Pinned host memory is mapped under unified addressing; ask for its device address.
@@ -78,8 +82,8 @@ bool launch_page_copy(const at::Tensor& keys, const at::Tensor& values, const at
   page_copy_kernel<kToSlab><<<blocks, 512, 0, at::cuda::getCurrentCUDAStream()>>>(
       static_cast<uint4*>(mapped), static_cast<uint4*>(keys.data_ptr()),
       static_cast<uint4*>(values.data_ptr()), pages.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
-      counts.data_ptr<int64_t>(), items, heads, tokens, row_vecs, page_vecs, layer_vecs,
-      head_stride_vecs, capacity);
+      counts.data_ptr<int64_t>(), first_rows.defined() ? first_rows.data_ptr<int64_t>() : nullptr,
+      items, heads, tokens, row_vecs, page_vecs, layer_vecs, head_stride_vecs, capacity);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return true;
 }
@@ -94,9 +98,9 @@ void gather_pages_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& s
 
 void scatter_pages_cuda(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
                         const at::Tensor& values, const at::Tensor& pages, const at::Tensor& slots,
-                        const at::Tensor& counts) {
-  if (!launch_page_copy<true>(keys, values, slab, layer, pages, slots, counts))
-    scatter_pages_reference(slab, layer, keys, values, pages, slots, counts);
+                        const at::Tensor& counts, const at::Tensor& first_rows) {
+  if (!launch_page_copy<true>(keys, values, slab, layer, pages, slots, counts, first_rows))
+    scatter_pages_reference(slab, layer, keys, values, pages, slots, counts, first_rows);
 }
 
 }  // namespace engram::gpu

@@ -23,11 +23,12 @@ void gather_pages(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab, 
 
 // The inverse, with the same table: the slots of a working set written into pages of one layer
 // of the slab (a unit taken out of a working set: an episode's write-back to the pinned pool).
-// Only each page's first counts[i] rows are written. A host reader of a pinned slab must
-// synchronise with the device first.
+// Only counts[i] rows of each page are written, from its row first_rows[i] (int64 beside the
+// table; undefined: row 0), so rows can be appended to a partly filled page (LouisKV's pool,
+// core/kv/retrieval_kv_source.h). A host reader of a pinned slab must synchronise first.
 void scatter_pages(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
                    const at::Tensor& values, const at::Tensor& pages, const at::Tensor& slots,
-                   const at::Tensor& counts);
+                   const at::Tensor& counts, const at::Tensor& first_rows = {});
 
 // The reference body (torch copies, one per page and K/V); gather_pages uses it off CUDA.
 void gather_pages_reference(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab,
@@ -36,14 +37,15 @@ void gather_pages_reference(at::Tensor& keys, at::Tensor& values, const at::Tens
 
 void scatter_pages_reference(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
                              const at::Tensor& values, const at::Tensor& pages,
-                             const at::Tensor& slots, const at::Tensor& counts);
+                             const at::Tensor& slots, const at::Tensor& counts,
+                             const at::Tensor& first_rows = {});
 
 #ifdef ENGRAM_WITH_CUDA
 void gather_pages_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab, int64_t layer,
                        const at::Tensor& pages, const at::Tensor& slots, const at::Tensor& counts);
 void scatter_pages_cuda(at::Tensor& slab, int64_t layer, const at::Tensor& keys,
                         const at::Tensor& values, const at::Tensor& pages, const at::Tensor& slots,
-                        const at::Tensor& counts);
+                        const at::Tensor& counts, const at::Tensor& first_rows);
 #endif
 
 }  // namespace engram::gpu

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/assistant.h"
 #include "core/engine/chat_session.h"
 #include "core/engine/conversation_store.h"
 #include "core/engine/loaded_model.h"
@@ -284,6 +285,23 @@ class ChatEpisodesTest : public QObject {
     }
     QVERIFY(switches >= 2);
     QVERIFY(spilled.episode_kv_pool()->spilled_tokens() > 0);
+    // The memory inspector's rows: every waiting episode, where its KV is.
+    MemorySnapshot snap;
+    add_waiting_episodes(snap, spilled, 1000);
+    int64_t waiting = 0, on_disk = 0;
+    for (const EpisodeKvPlace& p : spilled.episode_kv_pool()->places()) {
+      if (p.episode == spilled.active_episode()) continue;
+      ++waiting;
+      on_disk += p.tier == PageTier::kDisk ? p.tokens : 0;
+    }
+    QCOMPARE(static_cast<int64_t>(snap.units.size()), waiting);
+    QVERIFY(waiting >= 1);
+    for (const MemoryUnit& u : snap.units) {
+      QCOMPARE(u.kind, std::string("episode"));
+      QVERIFY(u.location == MemoryLocation::kDisk || u.location == MemoryLocation::kPinnedCpu);
+      QCOMPARE(u.bytes, u.tokens * 1000);
+    }
+    QCOMPARE(snap.tokens_by_location[static_cast<int>(MemoryLocation::kDisk)], on_disk);
     QCOMPARE(pinned.episode_kv_pool()->spilled_tokens(), int64_t{0});
   }
 

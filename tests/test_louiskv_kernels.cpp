@@ -16,6 +16,7 @@
 
 #include "gpu/budgeted_select.h"
 #include "gpu/key_kmeans.h"
+#include "gpu/page_gather.h"
 #include "gpu/row_gather.h"
 
 using namespace engram;
@@ -258,47 +259,77 @@ class LouisKvKernelsTest : public QObject {
                              std::invalid_argument);
   }
 
+  // The pool in pages: row r of a head is row r % P of page table[r / P] of the layer.
   void gatherCopiesTheChosenRowsOnly() {
     for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
       at::manual_seed(5);
-      const at::Tensor src = at::randn({2, 10, 6}).to(dtype);
-      // dst is a view of a wider buffer (rows 1..7 of 9), as a working set's layer is.
-      at::Tensor buffer = at::full({2, 9, 6}, 7.f, dtype);
-      at::Tensor dst = buffer.narrow(1, 1, 7);
-      const at::Tensor rows = longs({9, 0, -1, 3, 3, -1, 2, 4, 8, -1}, {2, 5});
-      gpu::gather_rows(dst, src, rows);
+      const at::Tensor slab = at::randn({4, 2, 2, 2, 4, 6}).to(dtype);  // [pages, L, 2, H, P, d]
+      const at::Tensor table = longs({2, 0, 3}, {3});                   // rows 0..11
+      // The destinations are views of wider buffers (rows 1..7 of 9), as a working set's layer is.
+      at::Tensor kbuf = at::full({2, 9, 6}, 7.f, dtype), vbuf = at::full({2, 9, 6}, 7.f, dtype);
+      at::Tensor keys = kbuf.narrow(1, 1, 7), values = vbuf.narrow(1, 1, 7);
+      const at::Tensor rows = longs({9, 0, -1, 3, 12, -1, 2, 4, 11, -1}, {2, 5});
+      gpu::gather_paged_rows(keys, values, slab, 1, table, rows);
       for (int64_t h = 0; h < 2; ++h) {
         for (int64_t j = 0; j < 7; ++j) {
           const int64_t row = j < 5 ? rows[h][j].item<int64_t>() : -1;
-          const at::Tensor expected = row >= 0 ? src[h][row] : at::full({6}, 7.f, dtype);
-          QVERIFY2(at::equal(dst[h][j], expected),
-                   qPrintable(QString("head %1 slot %2").arg(h).arg(j)));
+          for (int64_t kv = 0; kv < 2; ++kv) {
+            const at::Tensor expected =
+                row >= 0 && row < 12
+                    ? slab[table[row / 4].item<int64_t>()][1][kv][h][row % 4]
+                    : at::full({6}, 7.f, dtype);  // none, or past the table: untouched
+            QVERIFY2(at::equal((kv == 0 ? keys : values)[h][j], expected),
+                     qPrintable(QString("head %1 slot %2 kv %3").arg(h).arg(j).arg(kv)));
+          }
         }
-        QVERIFY(at::equal(buffer[h][0], at::full({6}, 7.f, dtype)));
-        QVERIFY(at::equal(buffer[h][8], at::full({6}, 7.f, dtype)));
+        QVERIFY(at::equal(kbuf[h][0], at::full({6}, 7.f, dtype)));
+        QVERIFY(at::equal(vbuf[h][8], at::full({6}, 7.f, dtype)));
       }
     }
   }
 
-  void gatherRejectsBadRowsAndShapesWritingNothing() {
-    const at::Tensor src = at::randn({2, 10, 4});
-    at::Tensor dst = at::zeros({2, 6, 4});
+  void gatherRejectsBadTablesAndShapesWritingNothing() {
+    const at::Tensor slab = at::randn({3, 1, 2, 2, 4, 4});
+    at::Tensor keys = at::zeros({2, 6, 4}), values = at::zeros({2, 6, 4});
     const at::Tensor good = longs({0, 1, 2, 3, 4, 5}, {2, 3});
-    QVERIFY_EXCEPTION_THROWN(gpu::gather_rows(dst, src, longs({0, 1, 2, 3, 10, 5}, {2, 3})),
-                             std::out_of_range);
-    QVERIFY_EXCEPTION_THROWN(gpu::gather_rows(dst, src, longs({0, 1, 2, 3, -2, 5}, {2, 3})),
-                             std::out_of_range);
-    QVERIFY(at::equal(dst, at::zeros({2, 6, 4})));  // a bad row anywhere: nothing written
-    at::Tensor narrow_dst = at::zeros({2, 6, 3});
-    QVERIFY_EXCEPTION_THROWN(gpu::gather_rows(narrow_dst, src, good), std::invalid_argument);
-    at::Tensor short_dst = at::zeros({2, 2, 4});
-    QVERIFY_EXCEPTION_THROWN(gpu::gather_rows(short_dst, src, good), std::invalid_argument);
-    at::Tensor double_dst = at::zeros({2, 6, 4}, at::kDouble);
-    QVERIFY_EXCEPTION_THROWN(gpu::gather_rows(double_dst, src, good), std::invalid_argument);
-    QVERIFY_EXCEPTION_THROWN(gpu::gather_rows(dst, src, good.to(at::kInt)), std::invalid_argument);
-    QVERIFY_EXCEPTION_THROWN(gpu::gather_rows(dst, src.narrow(0, 0, 1), good),
+    QVERIFY_EXCEPTION_THROWN(
+        gpu::gather_paged_rows(keys, values, slab, 0, longs({0, 3}, {2}), good), std::out_of_range);
+    QVERIFY(at::equal(keys, at::zeros({2, 6, 4})));  // a bad page anywhere: nothing written
+    at::Tensor narrow = at::zeros({2, 6, 3});
+    QVERIFY_EXCEPTION_THROWN(gpu::gather_paged_rows(narrow, narrow, slab, 0, longs({0}, {1}), good),
                              std::invalid_argument);
-    QVERIFY(at::equal(dst, at::zeros({2, 6, 4})));
+    at::Tensor short_dst = at::zeros({2, 2, 4});
+    QVERIFY_EXCEPTION_THROWN(
+        gpu::gather_paged_rows(short_dst, short_dst, slab, 0, longs({0}, {1}), good),
+        std::invalid_argument);
+    at::Tensor doubles = at::zeros({2, 6, 4}, at::kDouble);
+    QVERIFY_EXCEPTION_THROWN(
+        gpu::gather_paged_rows(doubles, doubles, slab, 0, longs({0}, {1}), good),
+        std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(
+        gpu::gather_paged_rows(keys, values, slab, 0, longs({0}, {1}), good.to(at::kInt)),
+        std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(gpu::gather_paged_rows(keys, values, slab, 1, longs({0}, {1}), good),
+                             std::invalid_argument);
+    QVERIFY(at::equal(keys, at::zeros({2, 6, 4})));
+  }
+
+  // Rows appended to a partly filled page (a decode segment offloaded after the prompt's rows)
+  // land where the paged gather reads them.
+  void scatterFromARowInsideAPageFeedsTheGather() {
+    at::Tensor slab = at::zeros({3, 2, 2, 2, 4, 6});
+    const at::Tensor keys = at::randn({2, 10, 6}), values = at::randn({2, 10, 6});
+    // Rows 6..10 of layer 1 from slots 2..6, pages of 4 rows, table {2, 1, 0}: rows 6..7 are
+    // rows 2..3 of slab page 1, rows 8..10 rows 0..2 of slab page 0.
+    const at::Tensor table = longs({2, 1, 0}, {3});
+    const at::Tensor entries = longs({1, 0, 2, 4, 2, 3, 2, 0}, {4, 2});
+    gpu::scatter_pages(slab, 1, keys, values, entries[0], entries[1], entries[2], entries[3]);
+    at::Tensor k = at::zeros({2, 5, 6}), v = at::zeros({2, 5, 6});
+    const at::Tensor rows = longs({6, 7, 8, 9, 10, 6, 7, 8, 9, 10}, {2, 5});
+    gpu::gather_paged_rows(k, v, slab, 1, table, rows);
+    QVERIFY(at::equal(k, keys.narrow(1, 2, 5)));
+    QVERIFY(at::equal(v, values.narrow(1, 2, 5)));
+    QVERIFY(at::equal(slab.select(1, 0), at::zeros_like(slab.select(1, 0))));  // other layer
   }
 };
 

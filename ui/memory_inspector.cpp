@@ -48,6 +48,12 @@ QString state_explained(const std::string& state) {
         "says (disk: the conversation's store; CPU: host memory until the next save), its text "
         "too.");
   }
+  if (state == "episode waiting") {
+    return QObject::tr(
+        "An EpiCache episode's KV cache, waiting for a question routed to it: in page-locked host "
+        "memory (pinned CPU) or, when more episodes wait than that memory holds, in the engine's "
+        "spill file (disk). A turn routed to it loads it into the GPU working set.");
+  }
   if (state == "partly evicted") {
     return QObject::tr(
         "The memory policy moved some of its tokens out of attention (Tokens shows how many "

@@ -75,6 +75,26 @@ const char* memory_location_name(MemoryLocation location) {
   return "?";
 }
 
+void add_waiting_episodes(MemorySnapshot& snap, const ChatSession& session, int64_t per_token) {
+  const EpisodeKvPool* pool = session.episode_kv_pool();
+  if (!pool) return;
+  for (const EpisodeKvPlace& p : pool->places()) {
+    if (p.episode == session.active_episode() || p.tokens == 0) continue;
+    MemoryUnit u;
+    u.kind = "episode";
+    u.index = p.episode + 1;
+    u.preview = "episode " + std::to_string(p.episode + 1) + " (" + std::to_string(p.units) +
+                (p.units == 1 ? " unit)" : " units)");
+    u.tokens = p.tokens;
+    u.location = p.tier == PageTier::kDisk ? MemoryLocation::kDisk : MemoryLocation::kPinnedCpu;
+    u.bytes = p.tokens * per_token;
+    u.state = "episode waiting";
+    snap.bytes_by_location[static_cast<int>(u.location)] += u.bytes;
+    snap.tokens_by_location[static_cast<int>(u.location)] += u.tokens;
+    snap.units.push_back(std::move(u));
+  }
+}
+
 // Tokens out of attention keep their KV where append-only persistence put it: stream tokens
 // before `stored_until` are in the store's runs (disk), later ones were copied to host memory for
 // the next save when `captured` (CPU), else no KV of them is kept.
@@ -707,6 +727,7 @@ MemorySnapshot Assistant::memory() const {
                   cache.device().is_cuda() ? MemoryLocation::kGpu : MemoryLocation::kCpu,
                   s_->info.kv_bytes_per_token, /*on_disk=*/false, &presence,
                   {ws.capture() ? ws.capture_mark() : 0, ws.capture()});
+    add_waiting_episodes(snap, *s_->session, s_->info.kv_bytes_per_token);
   }
   return snap;
 }

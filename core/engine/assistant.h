@@ -112,8 +112,9 @@ struct MemoryPolicyInfo {
 };
 
 // Where a unit's KV lives now. kDisk: in the profile's store, not loaded (restore_memory() brings
-// it in); kNone: only its text exists (it is prefilled on the next reply). kPinnedCpu is for KV
-// kept in page-locked host memory; today a restore only stages through it on its way to the GPU.
+// it in), or an EpiCache episode spilled to the engine's scratch file; kNone: only its text exists
+// (it is prefilled on the next reply). kPinnedCpu: page-locked host memory (EpiCache's waiting
+// episodes; a restore stages through it on its way to the GPU).
 // kEvicted: the policy moved it out of attention and no KV of it is kept (its text is). A unit
 // out of attention whose KV persistence kept is at kDisk (the store's runs) or kCpu (captured in
 // host memory, written at the next save), state "evicted, KV kept".
@@ -125,7 +126,9 @@ const char* memory_location_name(MemoryLocation location);
 // conversation, template tokens included), plus the open turn while a reply is generated.
 // Segments, groups, episodes and clusters join with their policies.
 struct MemoryUnit {
-  std::string kind;  // "utterance", "turn", "session" (stored KV while no model is loaded)
+  // "utterance", "turn", "session" (stored KV while no model is loaded), "episode" (an EpiCache
+  // episode's cache waiting in the paged pool; the routed one is the utterances' working set)
+  std::string kind;
   int64_t index = 0;
   std::string role;
   std::string preview;
@@ -134,7 +137,7 @@ struct MemoryUnit {
   int64_t bytes = 0;
   int64_t version = 1;
   // "cached", "partly cached", "generating", "text only", "stored", "partly stored", "evicted",
-  // "evicted, KV kept", "partly evicted"
+  // "evicted, KV kept", "partly evicted", "episode waiting"
   std::string state;
   int64_t attention_tokens = 0;  // of `tokens`, in attention (mean over layers and KV heads)
 };
@@ -154,6 +157,11 @@ struct MemorySnapshot {
   int64_t stored_kv_bytes = 0;
   int64_t stored_token_id_bytes = 0;
 };
+
+class ChatSession;
+// EpiCache: one "episode" unit per episode waiting in the session's paged pool (pinned host
+// memory, or the spill file when more wait than it holds), `per_token` bytes a token.
+void add_waiting_episodes(MemorySnapshot& snap, const ChatSession& session, int64_t per_token);
 
 // What restore_memory() did with the open conversation's stored KV.
 struct MemoryRestore {

@@ -6,18 +6,15 @@
 #include "core/trace/trace_recorder.h"
 #include "gpu/budgeted_select.h"
 #include "gpu/device_timeline.h"
+#include "gpu/page_gather.h"
 #include "gpu/row_gather.h"
 
 namespace engram {
 namespace {
 
-// The pool: pinned host memory beside a CUDA device (gather_rows reads it through unified
-// addressing), plain memory on the CPU.
-at::Tensor empty_pool(int64_t heads, int64_t rows, int64_t dim, at::ScalarType dtype,
-                      const at::Device& device) {
-  if (device.is_cuda()) return gpu::empty_pinned({heads, rows, dim}, dtype);
-  return at::empty({heads, rows, dim}, at::TensorOptions().dtype(dtype));
-}
+// Rows per pool page: a budget's gather reads single rows, so the page size only sets how
+// finely the pool grows and how many table entries a segment's write takes.
+constexpr int64_t kPoolPageRows = 64;
 
 int64_t bytes(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -40,6 +37,17 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
   const int64_t prompt = n - sinks_;
   policy_.begin_decode(layers);
   layers_.resize(layers);
+  if (layers > s.full_layers && prompt + max_new_ > 0) {
+    // The pool: pages of the pinned tier (plain memory without CUDA), room for every layer's
+    // prompt and offloaded rows; the gather reads them through unified addressing.
+    KvPagePoolOptions o;
+    o.page_tokens = kPoolPageRows;
+    o.pinned_pages = (prompt + max_new_ + kPoolPageRows - 1) / kPoolPageRows;
+    pool_ = std::make_unique<KvPagePool>(working.shape(), working.dtype(), working.device(), o);
+    page_table_ =
+        at::zeros({o.pinned_pages}, at::TensorOptions().dtype(at::kLong).device(working.device()));
+    stats_.pool_bytes = o.pinned_pages * pool_->page_bytes();
+  }
   for (int64_t li = 0; li < layers; ++li) {
     Layer& l = layers_[li];
     const at::Tensor keys = working.keys(li).select(0, 0).narrow(1, 0, n);  // [H, n, d]
@@ -66,8 +74,6 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.valid.narrow(1, 0, sinks_).fill_(1);
     l.keys.select(0, 0).narrow(1, 0, sinks_).copy_(keys.narrow(1, 0, sinks_));
     l.values.select(0, 0).narrow(1, 0, sinks_).copy_(values.narrow(1, 0, sinks_));
-    l.pool_keys = empty_pool(heads, prompt + max_new_, dim, keys.scalar_type(), keys.device());
-    l.pool_values = empty_pool(heads, prompt + max_new_, dim, keys.scalar_type(), keys.device());
     const int64_t capacity = max_new_ + 1;  // offloaded units (each at least one token)
     int64_t prompt_units = 0;
     PromptUnits units;
@@ -75,8 +81,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       const at::Tensor pk = keys.narrow(1, sinks_, prompt), pv = values.narrow(1, sinks_, prompt);
       units = policy_.prompt_units(li, pk);
       const at::Tensor order = units.order.to(keys.device()).unsqueeze(-1).expand({-1, -1, dim});
-      l.pool_keys.narrow(1, 0, prompt).copy_(pk.gather(1, order));
-      l.pool_values.narrow(1, 0, prompt).copy_(pv.gather(1, order));
+      write_rows(li, 0, pk.gather(1, order), pv.gather(1, order), 0, prompt);
       prompt_units = units.sizes.size(1);
     }
     const int64_t width =
@@ -93,8 +98,38 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.units = prompt_units;
     l.pool_rows = prompt;
     stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + bytes(l.index);
-    stats_.pool_bytes += bytes(l.pool_keys) + bytes(l.pool_values);
   }
+}
+
+void RetrievalKvSource::write_rows(int64_t layer, int64_t first_row, const at::Tensor& keys,
+                                   const at::Tensor& values, int64_t first_slot, int64_t n) {
+  if (n <= 0) return;
+  const int64_t p = pool_->page_tokens();
+  const int64_t needed = (first_row + n + p - 1) / p;
+  if (needed > page_table_.size(0)) throw std::logic_error("retrieval: the pool is full");
+  while (static_cast<int64_t>(pool_pages_.size()) < needed) {
+    pool_pages_.push_back(pool_->allocate(PageTier::kPinned));
+    page_table_[static_cast<int64_t>(pool_pages_.size()) - 1].fill_(pool_pages_.back().index);
+  }
+  // One table entry per page the rows touch: its page, the first source slot, the count and the
+  // row in the page where they start.
+  std::vector<int64_t> entries[4];
+  for (int64_t done = 0; done < n;) {
+    const int64_t row = first_row + done, offset = row % p;
+    const int64_t count = std::min(p - offset, n - done);
+    const int64_t entry[4] = {pool_pages_[row / p].index, first_slot + done, count, offset};
+    for (int64_t k = 0; k < 4; ++k)
+      entries[k].push_back(entry[k]);
+    done += count;
+  }
+  const auto m = static_cast<int64_t>(entries[0].size());
+  const bool cuda = keys.is_cuda();
+  at::Tensor host = cuda ? gpu::empty_pinned({4, m}, at::kLong) : at::empty({4, m}, at::kLong);
+  for (int64_t k = 0; k < 4; ++k)
+    std::copy(entries[k].begin(), entries[k].end(), host[k].data_ptr<int64_t>());
+  const at::Tensor table = cuda ? host.to(keys.device(), /*non_blocking=*/true) : host;
+  at::Tensor slab = pool_->slab(PageTier::kPinned);
+  gpu::scatter_pages(slab, layer, keys, values, table[0], table[1], table[2], table[3]);
 }
 
 void RetrievalKvSource::begin_forward(const ForwardContext& ctx) {
@@ -140,7 +175,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
   const RetrievalSettings& s = policy_.settings();
   const at::Tensor q = fresh.queries.select(0, 0).select(1, 0);  // [Hq, d]
   const bool retrieve = policy_.retrieve(layer, step_, q);
-  if (l.local == s.window) offload_oldest(l);
+  if (l.local == s.window) offload_oldest(layer, l);
   if (retrieve) {
     // A "retrieve" interval on the layer's copy lane: scoring, selection and the rows' copy (the
     // layer timeline panel draws it; its tokens are the rows loaded per KV head).
@@ -151,8 +186,9 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
                                                       l.offsets.narrow(1, 0, l.units), s.budget);
     at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
     at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
-    gpu::gather_rows(keys, l.pool_keys, rows);
-    gpu::gather_rows(values, l.pool_values, rows);
+    gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer,
+                           page_table_.narrow(0, 0, static_cast<int64_t>(pool_pages_.size())),
+                           rows);
     // Every head's units hold all pool rows, so every head fills the same count: no sync.
     l.retrieved = std::min(s.budget, l.pool_rows);
     l.valid.narrow(1, sinks_, l.retrieved).fill_(1);
@@ -176,7 +212,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
   return attend(l, local_begin + s.window, position);
 }
 
-void RetrievalKvSource::offload_oldest(Layer& l) {
+void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   const RetrievalSettings& s = policy_.settings();
   const int64_t page = policy_.page_tokens();
   // The oldest temporal segment; one that fills the whole window leaves in halves.
@@ -184,11 +220,8 @@ void RetrievalKvSource::offload_oldest(Layer& l) {
   if (cut <= 0 || cut >= l.local) cut = std::max<int64_t>(1, l.local / 2);
   const int64_t local_begin = sinks_ + s.budget;
   const at::Tensor keys = l.keys.select(0, 0).narrow(1, local_begin, cut);  // [H, cut, d]
-  const at::Tensor values = l.values.select(0, 0).narrow(1, local_begin, cut);
-  if (l.pool_rows + cut > l.pool_keys.size(1) || l.units >= l.sizes.size(1))
-    throw std::logic_error("retrieval: the pool is full");
-  l.pool_keys.narrow(1, l.pool_rows, cut).copy_(keys);
-  l.pool_values.narrow(1, l.pool_rows, cut).copy_(values);
+  if (l.units >= l.sizes.size(1)) throw std::logic_error("retrieval: the pool is full");
+  write_rows(layer, l.pool_rows, l.keys.select(0, 0), l.values.select(0, 0), local_begin, cut);
   l.sizes.select(1, l.units).fill_(cut);
   l.offsets.select(1, l.units).fill_(l.pool_rows);
   l.index.select(1, l.units).copy_(policy_.unit_index(keys));

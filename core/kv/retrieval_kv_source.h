@@ -1,14 +1,19 @@
 // The runner of decode-time retrieval (core/policies/retrieval_policy.h; issue 17). Built from a
-// working set after its prompt was computed, it offloads the KV into a pool (pinned host memory on
-// CUDA, as LouisKV's CPU pool) and serves each decode token's attention, per layer:
+// working set after its prompt was computed, it offloads the KV into a pool (pages of the paged
+// pool's pinned tier on CUDA, as LouisKV's CPU pool; core/kv/kv_page_pool.h) and serves each
+// decode token's attention, per layer:
 //
 //   layers < full_layers:  every token (the prompt and everything generated);
 //   other layers:          [ sinks S | retrieved B | local window W ], a fixed device region:
 //     - the policy's prompt units (clusters, pages) live in the pool, their index on the device;
+//       a layer's pool rows are a run of pool pages (row r: row r % P of the r / P-th page; every
+//       layer of a page belongs to the same rows), the units are row ranges per KV head over it;
 //     - when the policy says the layer retrieves, the units' scores choose rows under the budget
-//       (gpu::budgeted_select_rows) and gpu::gather_rows copies them from the pool into the region;
+//       (gpu::budgeted_select_rows) and gpu::gather_paged_rows copies them from the pages into the
+//       region;
 //     - fresh tokens enter the local window; when it is full its oldest temporal segment (or page)
-//       moves to the pool as a new unit with its own index.
+//       moves to the pool as a new unit with its own index (written into the pages on the device,
+//       gpu::scatter_pages: no host round trip).
 //
 // Keys keep the RoPE positions they were computed at and the query is at its true position, so a
 // retrieved token attends exactly as in full attention; a budget that covers the pool gives
@@ -21,9 +26,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/kv/kv_cache.h"
+#include "core/kv/kv_page_pool.h"
 #include "core/kv/kv_source.h"
 #include "core/policies/retrieval_policy.h"
 
@@ -83,9 +90,8 @@ class RetrievalKvSource : public KvSource {
   struct Layer {
     at::Tensor keys,
         values;  // the region [1, H, S+B+W, d]; a full layer without mirror: [1, H, n+max_new, d]
-    int64_t length = 0;                 // full layer: tokens held
-    at::Tensor pool_keys, pool_values;  // [H, rows, d], pinned host on CUDA
-    int64_t pool_rows = 0;
+    int64_t length = 0;         // full layer: tokens held
+    int64_t pool_rows = 0;      // rows of the pool this layer holds (prompt units, then offloaded)
     at::Tensor sizes, offsets;  // [H, units] int64 on the device
     at::Tensor index;           // [H, units, I] f32 on the device
     int64_t units = 0;
@@ -98,11 +104,18 @@ class RetrievalKvSource : public KvSource {
   AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
   AttendKv retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh, int64_t position,
                            TraceRecorder* trace);
-  void offload_oldest(Layer& l);
+  void offload_oldest(int64_t layer, Layer& l);
+  // Writes slots [first_slot, first_slot + n) of keys/values ([H, N, d] on the device) as pool
+  // rows [first_row, first_row + n) of `layer`, taking pages as the rows grow.
+  void write_rows(int64_t layer, int64_t first_row, const at::Tensor& keys,
+                  const at::Tensor& values, int64_t first_slot, int64_t n);
   AttendKv attend(const Layer& l, int64_t slots, int64_t position) const;
 
   RetrievalPolicy& policy_;
   KvCache* mirror_;
+  std::unique_ptr<KvPagePool> pool_;  // null when every layer attends in full
+  std::vector<PageRef> pool_pages_;   // the pages of the rows, in row order
+  at::Tensor page_table_;             // [pool pages] int64 on the device: slab page per row page
   int64_t max_new_;
   int64_t sinks_ = 0;
   int64_t step_ = 0;

@@ -5,7 +5,7 @@
 // pages), how a unit is indexed, when a layer retrieves (LouisKV: at semantic boundaries, r_t < τ;
 // Quest: every token) and how units score against the token's queries. The runner
 // (core/kv/retrieval_kv_source.h) applies: it keeps the pool, loads the chosen units' rows under
-// the budget (gpu::budgeted_select_rows, gpu::gather_rows) and offloads the local window.
+// the budget (gpu::budgeted_select_rows, gpu::gather_paged_rows) and offloads the local window.
 //
 // Shapes: H KV heads, g = query heads per KV head, d head_dim, I index width.
 #pragma once
