@@ -289,15 +289,21 @@ nlohmann::json check_page_pool(bool& ok) {
     bool scatter_same = true;
     const at::Tensor k = at::randn({heads, capacity, dim}).to(at::kBFloat16).to(cuda);
     const at::Tensor v = at::randn({heads, capacity, dim}).to(at::kBFloat16).to(cuda);
+    // Also from a row inside each page (LouisKV's pool appends to a partly filled page).
+    const at::Tensor first = at::tensor({10, 0, 30}, at::kLong);
     for (bool pinned : {true, false}) {
-      at::Tensor slab = gpu::empty_pinned({n, layers, 2, heads, page, dim}, at::kBFloat16);
-      slab.fill_(-3.0);
-      if (!pinned) slab = slab.to(cuda);
-      at::Tensor expected = slab.cpu().clone();
-      gpu::scatter_pages(slab, 1, k, v, table_dev[0], table_dev[1], table_dev[2]);
-      gpu::scatter_pages_reference(expected, 1, k.cpu(), v.cpu(), table[0], table[1], table[2]);
-      gpu::synchronize(cuda);
-      scatter_same = scatter_same && at::equal(slab.cpu(), expected);
+      for (bool inside : {false, true}) {
+        at::Tensor slab = gpu::empty_pinned({n, layers, 2, heads, page, dim}, at::kBFloat16);
+        slab.fill_(-3.0);
+        if (!pinned) slab = slab.to(cuda);
+        at::Tensor expected = slab.cpu().clone();
+        gpu::scatter_pages(slab, 1, k, v, table_dev[0], table_dev[1], table_dev[2],
+                           inside ? first.to(cuda) : at::Tensor());
+        gpu::scatter_pages_reference(expected, 1, k.cpu(), v.cpu(), table[0], table[1], table[2],
+                                     inside ? first : at::Tensor());
+        gpu::synchronize(cuda);
+        scatter_same = scatter_same && at::equal(slab.cpu(), expected);
+      }
     }
     ok = ok && scatter_same;
     out["scatter_kernel_equals_reference_pinned_and_device"] = scatter_same;

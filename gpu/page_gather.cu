@@ -15,7 +15,8 @@ namespace {
 // 2026-11-25), on a quarter of its SMs.
 constexpr int64_t kGatherBlocks = 32;
 
-// Work item = (page, k/v, head): the page's first counts[i] rows of `row_vecs` 16-byte vectors,
+// Work item = (page, k/v, head): counts[i] rows of `row_vecs` 16-byte vectors from the page's
+// row first_rows[i] (0 without first_rows),
 // read from the slab (over PCIe when it is pinned host memory) into the destination, or, with
 // kToSlab, written from the working set into the slab. A few blocks stride over the items:
 // enough loads in flight to fill PCIe, while the compute stream's kernels keep most SMs (one
@@ -32,10 +33,12 @@ __global__ void page_copy_kernel(uint4* slab, uint4* keys, uint4* values, const 
     const int64_t i = item / (2 * heads);
     const int64_t slot = slots[i];
     const int64_t count = counts[i];
+    const int64_t first = first_rows ? first_rows[i] : 0;
     // The loader claimed these slots; an out-of-range entry is skipped rather than written.
-    if (slot < 0 || count < 0 || count > tokens || slot + count > capacity) continue;
-    uint4* page =
-        slab + pages[i] * page_vecs + layer_vecs + (kv * heads + head) * tokens * row_vecs;
+    if (slot < 0 || count < 0 || first < 0 || first + count > tokens || slot + count > capacity)
+      continue;
+    uint4* page = slab + pages[i] * page_vecs + layer_vecs +
+                  ((kv * heads + head) * tokens + first) * row_vecs;
     uint4* ws = (kv == 0 ? keys : values) + head * head_stride_vecs + slot * row_vecs;
     const int64_t n = count * row_vecs;  // the page's rows are contiguous at both ends
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
