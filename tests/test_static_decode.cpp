@@ -103,6 +103,33 @@ class StaticDecodeTest : public QObject {
     QCOMPARE(c.recordings, int64_t{3});
   }
 
+  // A step kept across requests (a chat session's): bound again to the same cache it replays
+  // without recording; bound to another cache it records for that one and gives its logits; bound
+  // back, it records again (the addresses differ from the last recording).
+  void keptStepRecordsOnlyForOtherAddresses() {
+    const Decoder& d = decoder("llama-gqa");
+    gpu::DeviceTimeline timeline(at::kCPU);
+    KvCache a(shape_of(d.config()), 1, 40, at::kFloat, at::kCPU);
+    KvCache b(shape_of(d.config()), 1, 40, at::kFloat, at::kCPU);
+    KvCache b_ref(shape_of(d.config()), 1, 40, at::kFloat, at::kCPU);
+    prefill(d, a, prompt_ids(9, 1), 0, timeline, nullptr);
+    prefill(d, b, prompt_ids(7, 2), 0, timeline, nullptr);
+    prefill(d, b_ref, prompt_ids(7, 2), 0, timeline, nullptr);
+    StaticDecodeStep step(d, a);
+    step.step(11, a.lengths()[0]);
+    step.bind(a);  // the next reply of the same session
+    step.step(12, a.lengths()[0]);
+    QCOMPARE(step.recordings(), int64_t{1});
+    step.bind(b);
+    const at::Tensor got = step.step(13, b.lengths()[0]).clone();
+    QCOMPARE(step.recordings(), int64_t{2});
+    const at::Tensor expected = per_layer_step(d, b_ref, 13, b_ref.lengths()[0]);
+    QVERIFY((got - expected).abs().max().item<double>() <= 1e-5);
+    step.bind(a);
+    step.step(14, a.lengths()[0]);
+    QCOMPARE(step.recordings(), int64_t{3});
+  }
+
   // Positions ahead of the slots (a cache whose keys were moved, e.g. by re-rotation) are
   // masked by position, not by slot, in both paths.
   void staticStepMasksByPosition() {

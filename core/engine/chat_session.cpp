@@ -372,6 +372,7 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   // benchmarked with a smaller tokenizer).
   GenerationOptions limited = options;
   limited.prefill_chunk = block_;  // the block the working set has room for
+  limited.kept_step = &decode_step_;
   if (tok.vocab_size() < model_.config.vocab_size) limited.sampling.vocab_limit = tok.vocab_size();
 
   reply.reused_tokens = static_cast<int64_t>(common);

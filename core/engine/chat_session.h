@@ -32,6 +32,7 @@
 #include "core/kv/working_set.h"
 #include "core/policies/episode_router.h"
 #include "core/policies/memory_policy.h"
+#include "core/runtime/static_decode_step.h"
 
 namespace engram {
 
@@ -145,6 +146,9 @@ class ChatSession {
   std::unique_ptr<MemoryPolicy> policy_;
   std::string policy_note_;
   std::unique_ptr<KvWorkingSet> ws_;
+  // The recorded decode step, kept from reply to reply: ws_ keeps its addresses, so on CUDA the
+  // graph is recorded once, not at every reply (tens of milliseconds each on a 3B-8B model).
+  std::unique_ptr<StaticDecodeStep> decode_step_;
   int64_t block_ = 512;                   // prefill block (session_prefill_block)
   ChatTemplate::EncodeMemo render_memo_;  // the history's text runs, encoded once
   std::vector<int64_t> cached_ids_;       // the stream

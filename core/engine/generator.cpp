@@ -202,10 +202,17 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
   // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h) over the
   // working set's fixed slots, whatever the policy keeps there; a traced request, a policy that
   // watches decode layers, or decode-time retrieval keeps the per-layer path.
-  std::unique_ptr<StaticDecodeStep> static_step;
+  std::unique_ptr<StaticDecodeStep> own_step;
+  StaticDecodeStep* static_step = nullptr;
   if (decoder.device().is_cuda() && options.recorded_step && !trace && !retrieval &&
       !policy.wants_layers(ForwardPhase::kDecode)) {
-    static_step = std::make_unique<StaticDecodeStep>(decoder, ws.cache());
+    std::unique_ptr<StaticDecodeStep>& slot = options.kept_step ? *options.kept_step : own_step;
+    if (slot && &slot->decoder() == &decoder) {
+      slot->bind(ws.cache());
+    } else {
+      slot = std::make_unique<StaticDecodeStep>(decoder, ws.cache());
+    }
+    static_step = slot.get();
   }
   const SamplingOptions& sampling = sampler.options();
   // The recorded step's argmax spans every row of the logits; a vocab limit needs the sampler.

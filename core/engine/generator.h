@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@
 
 namespace engram {
 
+class StaticDecodeStep;  // core/runtime/static_decode_step.h
+
 struct GenerationOptions {
   int64_t max_new_tokens = 128;
   SamplingOptions sampling;
@@ -27,6 +30,10 @@ struct GenerationOptions {
   EngineObserver* observer = nullptr;
   bool trace = false;         // record layer intervals (sent to the observer)
   bool recorded_step = true;  // CUDA: decode through the recorded graph step when the policy can
+  // CUDA: the recorded step kept across requests by the caller (a chat session's working set keeps
+  // its addresses from reply to reply, so the step is recorded once, not once per reply). Null:
+  // one step per request. Created here when empty, re-bound to the request's cache otherwise.
+  std::unique_ptr<StaticDecodeStep>* kept_step = nullptr;
   // Teacher forcing (fidelity evaluations): the runner feeds these tokens instead of sampling and
   // hands every step's logits [vocab] to on_logits before it (one per generated token).
   const std::vector<int64_t>* forced_tokens = nullptr;

@@ -24,6 +24,10 @@ void StaticDecodeStep::bind(KvCache& cache) {
   if (cache.device() != decoder_.device() || cache.dtype() != decoder_.dtype()) {
     throw std::invalid_argument("StaticDecodeStep: cache and decoder differ in device or dtype");
   }
+  // Another cache object can sit where a destroyed one was only by chance: replayed over only when
+  // every address the recording reads is the same (its storage check covers layer 0's keys).
+  if (cache_ != &cache && !recorded_addresses_.empty() && addresses(cache) != recorded_addresses_)
+    recorded_capacity_ = -1;
   cache_ = &cache;
   const int64_t rows = cache.batch();
   if (rows == recorded_rows_) return;  // the buffers fit; the storage check decides re-recording
@@ -130,7 +134,21 @@ void StaticDecodeStep::record() {
   recorded_capacity_ = capacity;
   recorded_storage_ = keys_[0].data_ptr();
   recorded_valid_ = key_valid_[0].defined() ? key_valid_[0].data_ptr() : nullptr;
+  recorded_addresses_ = addresses(cache);
   ++recordings_;
+}
+
+std::vector<const void*> StaticDecodeStep::addresses(const KvCache& cache) const {
+  std::vector<const void*> out;
+  const int64_t extra = cache.capacity() - cache.max_length();
+  for (int64_t l = 0; l < cache.shape().layers; ++l) {
+    const at::Tensor valid = cache.key_valid(l, extra);
+    out.insert(out.end(), {cache.keys(l, extra).data_ptr(), cache.values(l, extra).data_ptr(),
+                           valid.defined() ? valid.data_ptr() : nullptr});
+  }
+  out.push_back(cache.positions(extra).data_ptr());
+  out.push_back(reinterpret_cast<const void*>(cache.capacity()));
+  return out;
 }
 
 void StaticDecodeStep::run() {

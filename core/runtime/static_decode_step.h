@@ -47,6 +47,7 @@ class StaticDecodeStep {
   // Steps over `cache` from now on (recorded again at the next step when its storage differs).
   void bind(KvCache& cache);
   KvCache& cache() const { return *cache_; }
+  const Decoder& decoder() const { return decoder_; }
 
   // Runs `token` at RoPE position `position`, writing its KV at the row's current length and
   // committing it to the cache (growing the cache, and re-recording, when it is full). Returns
@@ -74,7 +75,7 @@ class StaticDecodeStep {
   void run();
 
   const Decoder& decoder_;
-  KvCache* cache_;
+  KvCache* cache_ = nullptr;
   gpu::DeviceGraph graph_;
   at::Tensor inputs_;       // int64 [3, rows] on the device: tokens, positions, slots
   at::Tensor logits_;       // f32 [rows, vocab]
@@ -89,6 +90,10 @@ class StaticDecodeStep {
   int64_t recorded_capacity_ = -1;
   const void* recorded_storage_ = nullptr;
   const void* recorded_valid_ = nullptr;
+  // Every tensor the recording reads in place (per layer K, V, validity; the positions): a cache
+  // bound later is replayed over only when it sits at exactly these addresses.
+  std::vector<const void*> recorded_addresses_;
+  std::vector<const void*> addresses(const KvCache& cache) const;
   int64_t recordings_ = 0;
 };
 
