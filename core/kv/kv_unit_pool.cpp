@@ -109,20 +109,24 @@ int64_t KvUnitPool::add_from_cache(std::string kind, int64_t stream_begin, const
   return next_id_++;
 }
 
-int64_t KvUnitPool::clone(int64_t id, PageTier tier) {
-  KvUnit u = unit(id);
+std::vector<PageRef> KvUnitPool::copy_pages(const std::vector<PageRef>& from, PageTier tier) {
   sync_device();
-  std::vector<PageRef> copies = allocate(static_cast<int64_t>(u.pages.size()), tier);
+  std::vector<PageRef> copies = allocate(static_cast<int64_t>(from.size()), tier);
   try {
     for (size_t i = 0; i < copies.size(); ++i)
-      pages_.write(copies[i], pages_.read(u.pages[i]));
+      pages_.write(copies[i], pages_.read(from[i]));
   } catch (...) {
     for (const PageRef& page : copies)
       pages_.release(page);
     throw;
   }
+  return copies;
+}
+
+int64_t KvUnitPool::clone(int64_t id, PageTier tier) {
+  KvUnit u = unit(id);
   u.id = next_id_;
-  u.pages = std::move(copies);
+  u.pages = copy_pages(u.pages, tier);
   units_.emplace(u.id, std::move(u));
   return next_id_++;
 }
@@ -136,16 +140,7 @@ const KvUnit& KvUnitPool::unit(int64_t id) const {
 void KvUnitPool::move(int64_t id, PageTier tier) {
   KvUnit& u = const_cast<KvUnit&>(unit(id));
   if (u.tier() == tier) return;
-  sync_device();
-  std::vector<PageRef> moved = allocate(static_cast<int64_t>(u.pages.size()), tier);
-  try {
-    for (size_t i = 0; i < moved.size(); ++i)
-      pages_.write(moved[i], pages_.read(u.pages[i]));
-  } catch (...) {
-    for (const PageRef& page : moved)
-      pages_.release(page);
-    throw;
-  }
+  std::vector<PageRef> moved = copy_pages(u.pages, tier);  // on failure the unit stays whole
   for (const PageRef& page : u.pages)
     pages_.release(page);
   u.pages = std::move(moved);

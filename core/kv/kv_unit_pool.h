@@ -81,6 +81,8 @@ class KvUnitPool {
   std::vector<PageRef> allocate(int64_t n, PageTier tier);
   // Host reads of pages written by the device (a kernel into pinned memory) wait for it.
   void sync_device() const;
+  // The pages' content in new pages of `tier`, all or none (the originals stay).
+  std::vector<PageRef> copy_pages(const std::vector<PageRef>& from, PageTier tier);
 
   KvPagePool& pages_;
   std::map<int64_t, KvUnit> units_;
