@@ -11,18 +11,12 @@
 #include "core/kv/cache_kv_source.h"
 #include "gpu/device_timeline.h"
 #include "support/collected_intervals.h"
+#include "support/fixture_models.h"
 #include "support/reference_fixture.h"
 
 using namespace engram;
 
 namespace {
-
-std::vector<int64_t> ids(int64_t n, int64_t salt) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i)
-    v[i] = 3 + (i * 7919 + salt * 104729) % 900;
-  return v;
-}
 
 bool same_set(const KvWorkingSet& a, const KvWorkingSet& b) {
   if (a.tokens() != b.tokens() || a.stream_tokens() != b.stream_tokens() ||
@@ -64,7 +58,7 @@ class EpisodeKvPoolTest : public QObject {
     CacheKvSource source(ws.cache());
     gpu::DeviceTimeline timeline(at::Device(at::kCPU));
     ForwardRequest req;
-    req.tokens = {ids(n, salt)};
+    req.tokens = {test::token_ids(n, salt)};
     req.positions = {test::iota(ws.next_position(), n)};
     model_.decoder->forward(req, source, timeline, nullptr);
     ws.appended(n);

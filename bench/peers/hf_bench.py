@@ -13,6 +13,16 @@ import time
 import torch
 import transformers
 
+
+def llama3(hidden, inter, layers, heads, tied, positions):
+    """Llama 3's vocabulary, 8 KV heads, RoPE theta 500K (as core/model/model_config.cpp)."""
+    return ("LlamaConfig", dict(hidden_size=hidden, intermediate_size=inter,
+                                num_hidden_layers=layers, num_attention_heads=heads,
+                                num_key_value_heads=8, vocab_size=128256,
+                                tie_word_embeddings=tied, rope_theta=500000.0,
+                                max_position_embeddings=positions, rms_norm_eps=1e-5))
+
+
 SHAPES = {
     "qwen2.5-0.5b": ("Qwen2Config", dict(hidden_size=896, intermediate_size=4864,
                      num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
@@ -26,18 +36,9 @@ SHAPES = {
                     num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8,
                     vocab_size=152064, tie_word_embeddings=False, rope_theta=1e6,
                     max_position_embeddings=32768, rms_norm_eps=1e-5)),
-    "llama3-8b": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336,
-                  num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-                  vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
-                  max_position_embeddings=8192, rms_norm_eps=1e-5)),
-    "llama3.1-8b": ("LlamaConfig", dict(hidden_size=4096, intermediate_size=14336,
-                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-                    vocab_size=128256, tie_word_embeddings=False, rope_theta=500000.0,
-                    max_position_embeddings=131072, rms_norm_eps=1e-5)),
-    "llama3.2-3b": ("LlamaConfig", dict(hidden_size=3072, intermediate_size=8192,
-                    num_hidden_layers=28, num_attention_heads=24, num_key_value_heads=8,
-                    vocab_size=128256, tie_word_embeddings=True, rope_theta=500000.0,
-                    max_position_embeddings=131072, rms_norm_eps=1e-5)),
+    "llama3-8b": llama3(4096, 14336, 32, 32, tied=False, positions=8192),
+    "llama3.1-8b": llama3(4096, 14336, 32, 32, tied=False, positions=131072),
+    "llama3.2-3b": llama3(3072, 8192, 28, 24, tied=True, positions=131072),
 }
 
 

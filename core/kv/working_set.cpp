@@ -5,7 +5,6 @@
 #include <string>
 
 #include "core/policies/keep_plan_index.h"
-#include "gpu/device_info.h"
 #include "gpu/rope_rotate.h"
 
 namespace engram {
@@ -93,24 +92,19 @@ void KvWorkingSet::assign(const KvWorkingSet& other) {
     throw std::invalid_argument("KvWorkingSet::assign: the other set does not fit");
   cache_.truncate(0, 0);  // keys(l, n) below are the first n slots
   if (!fixed_) cache_.ensure_room(n);
-  // Equal capacities (an episode cache and the working set it takes turns in) copy whole
-  // contiguous layers: one DMA transfer each, where a narrowed [heads, n, d] view is strided and
-  // went through a host-side gather first (~370 ms a switch on an 8B shape at an 8K budget).
+  // Equal capacities copy whole contiguous layers (one copy each; a narrowed [heads, n, d] view
+  // is strided).
   const bool whole = other.cache_.capacity() == cache_.capacity();
-  const bool across = cache_.device() != other.cache_.device();
   for (int64_t l = 0; l < cache_.shape().layers; ++l) {
     if (whole) {
       const int64_t spare = other.cache_.capacity() - other.cache_.max_length();
-      cache_.keys(l, cache_.capacity())[0].copy_(other.cache_.keys(l, spare)[0], across);
-      cache_.values(l, cache_.capacity())[0].copy_(other.cache_.values(l, spare)[0], across);
+      cache_.keys(l, cache_.capacity())[0].copy_(other.cache_.keys(l, spare)[0]);
+      cache_.values(l, cache_.capacity())[0].copy_(other.cache_.values(l, spare)[0]);
       continue;
     }
     cache_.keys(l, n)[0].narrow(1, 0, n).copy_(other.cache_.keys(l)[0].narrow(1, 0, n));
     cache_.values(l, n)[0].narrow(1, 0, n).copy_(other.cache_.values(l)[0].narrow(1, 0, n));
   }
-  // Asynchronous copies touch host memory: done before anyone reads or reuses it.
-  if (whole && across)
-    gpu::synchronize(cache_.device().is_cpu() ? other.cache_.device() : cache_.device());
   cache_.set_dense_length(n);
   const at::Tensor valid = other.cache_.key_valid(0);
   cache_.set_key_valid(valid.defined() ? other.slot_stream().ge(0) : at::Tensor());
