@@ -3,9 +3,12 @@
 // Writes one JSON object; exits non-zero when a comparison exceeds its tolerance.
 //   engram-gpu-checks [--json FILE] [--shape qwen2.5-7b] [--prefix 4096] [--tokens 256]
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,6 +23,7 @@
 #include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
 #include "gpu/budgeted_select.h"
+#include "gpu/decode_attention.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
 #include "gpu/key_kmeans.h"
@@ -590,6 +594,137 @@ nlohmann::json check_louiskv_kernels(bool& ok) {
   }
   return out;
 }
+// The split-slot decode attention kernel (gpu/decode_attention.h) against its reference body on
+// the device (f32 matmuls): dtypes, head dims, group sizes, holes, windows, per-head valid slots,
+// rows of different lengths, never-written slots holding NaN. Then its speed on the 3B shape
+// (28 layers, 8 KV heads, g = 3) at a recorded capacity of 1.25x, against the torch path the
+// recorded step used before (baddbmm, softmax, bmm over the whole capacity).
+nlohmann::json check_decode_attention(bool& ok) {
+  nlohmann::json out;
+  nlohmann::json rows_out = nlohmann::json::array();
+  const at::Device cuda(at::kCUDA, 0);
+  struct Case {
+    at::ScalarType dtype;
+    int64_t d, g, slots;
+    int64_t window;
+    bool valid;
+  };
+  std::vector<Case> cases;
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (int64_t d : {64, 128, 256}) {
+      if (d == 256 && dtype == at::kFloat) continue;
+      for (int64_t g : {1, 3, 4, 7, 8}) {
+        cases.push_back({dtype, d, g, g == 3 ? 5000 : 700, g == 4 ? 300 : 0, g == 7});
+      }
+    }
+  }
+  cases.push_back({at::kBFloat16, 128, 3, 1, 0, false});
+  cases.push_back({at::kBFloat16, 128, 3, 256, 0, false});
+  cases.push_back({at::kBFloat16, 96, 3, 300, 0, false});  // not the kernel's: the reference
+  for (const Case& c : cases) {
+    at::manual_seed(c.d * 131 + c.g * 7 + c.slots);
+    const int64_t rows = 2, hkv = 2, hq = hkv * c.g;
+    const auto on = at::TensorOptions().device(cuda);
+    const at::Tensor q = at::randn({rows, hq, c.d}, on).to(c.dtype);
+    at::Tensor keys = at::randn({rows, hkv, c.slots, c.d}, on).to(c.dtype);
+    at::Tensor values = at::randn({rows, hkv, c.slots, c.d}, on).to(c.dtype);
+    at::Tensor kpos = at::arange(c.slots, on.dtype(at::kLong)).unsqueeze(0).repeat({rows, 1});
+    if (c.slots > 10) kpos[0].narrow(0, 3, 5).fill_(-1);
+    const int64_t last0 = std::max<int64_t>(0, c.slots / 2 - 1), last1 = c.slots - 1;
+    if (last0 + 1 < c.slots) {
+      keys[0].narrow(1, last0 + 1, c.slots - last0 - 1).fill_(NAN);
+      values[0].narrow(1, last0 + 1, c.slots - last0 - 1).fill_(NAN);
+    }
+    const at::Tensor last = at::tensor(std::vector<int64_t>{last0, last1}, at::kLong).to(cuda);
+    const at::Tensor pos = last.clone();
+    at::Tensor valid;
+    if (c.valid) valid = at::rand({rows, hkv, c.slots}, on).gt(0.2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+    const at::Tensor got =
+        gpu::decode_attention(q, keys, values, kpos, valid, pos, last, c.window, scale);
+    const at::Tensor ref =
+        gpu::decode_attention_reference(q, keys, values, kpos, valid, pos, last, c.window, scale);
+    const double err = (got.to(at::kFloat) - ref.to(at::kFloat)).abs().max().item<double>();
+    const double tol = c.dtype == at::kFloat ? 1e-4 : 2e-2;
+    const bool pass = err <= tol && std::isfinite(err);
+    ok = ok && pass;
+    std::fprintf(stderr, "%s decode_attention %s d=%ld g=%ld slots=%ld window=%ld valid=%d: %.3g\n",
+                 pass ? "PASS" : "FAIL", c10::toString(c.dtype), long(c.d), long(c.g),
+                 long(c.slots), long(c.window), int(c.valid), err);
+    rows_out.push_back({{"dtype", c10::toString(c.dtype)},
+                        {"head_dim", c.d},
+                        {"group", c.g},
+                        {"slots", c.slots},
+                        {"window", c.window},
+                        {"valid", c.valid},
+                        {"kernel", gpu::decode_attention_kernel_fits(q, keys, values, kpos, valid)},
+                        {"max_abs_error", err},
+                        {"tolerance", tol}});
+  }
+  out["vs_reference"] = rows_out;
+
+  nlohmann::json speed = nlohmann::json::array();
+  const int64_t layers = 28, hkv = 8, g = 3, d = 128;
+  for (int64_t used : {10240, 32768, 90000}) {
+    const int64_t capacity = (used + used / 4 + 255) / 256 * 256;
+    const auto on = at::TensorOptions().device(cuda).dtype(at::kBFloat16);
+    std::vector<at::Tensor> keys, values;
+    for (int64_t l = 0; l < layers; ++l) {
+      keys.push_back(at::randn({1, hkv, capacity, d}, on));
+      values.push_back(at::randn({1, hkv, capacity, d}, on));
+    }
+    at::Tensor kpos = at::full({1, capacity}, -1, on.dtype(at::kLong));
+    kpos.narrow(1, 0, used).copy_(at::arange(used, on.dtype(at::kLong)));
+    const at::Tensor last = at::full({1}, used - 1, on.dtype(at::kLong));
+    const at::Tensor q = at::randn({1, hkv * g, d}, on);
+    const double scale = 1.0 / std::sqrt(double(d));
+    const at::Tensor bias =
+        at::zeros({hkv, 1, capacity}, on)
+            .masked_fill_(kpos.lt(0).view({1, 1, capacity}).expand({hkv, 1, capacity}),
+                          -std::numeric_limits<double>::infinity());
+    const auto time_ms = [&](const std::function<void()>& fn) {
+      fn();
+      gpu::synchronize(cuda);
+      const int reps = 20;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < reps; ++r)
+        fn();
+      gpu::synchronize(cuda);
+      return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                 .count() /
+             reps;
+    };
+    const double kernel_ms = time_ms([&] {
+      for (int64_t l = 0; l < layers; ++l)
+        gpu::decode_attention(q, keys[l], values[l], kpos, at::Tensor(), last, last, 0, scale);
+    });
+    const double torch_ms = time_ms([&] {
+      for (int64_t l = 0; l < layers; ++l) {
+        const at::Tensor scores =
+            at::baddbmm(bias, q.view({hkv, g, d}), keys[l].view({hkv, capacity, d}).transpose(1, 2),
+                        1.0, scale);
+        at::bmm(at::softmax(scores, -1, at::kFloat).to(at::kBFloat16),
+                values[l].view({hkv, capacity, d}));
+      }
+    });
+    const double used_gb = 2.0 * layers * hkv * used * d * 2 / 1e9;
+    const double capacity_gb = 2.0 * layers * hkv * capacity * d * 2 / 1e9;
+    std::fprintf(stderr,
+                 "decode_attention 3B shape, %ld of %ld slots: kernel %.3f ms (%.0f GB/s of the "
+                 "held KV), torch path %.3f ms (%.0f GB/s of the capacity)\n",
+                 long(used), long(capacity), kernel_ms, used_gb / kernel_ms * 1e3, torch_ms,
+                 capacity_gb / torch_ms * 1e3);
+    speed.push_back({{"slots_used", used},
+                     {"capacity", capacity},
+                     {"layers", layers},
+                     {"kernel_ms", kernel_ms},
+                     {"kernel_GBps_of_held_kv", used_gb / kernel_ms * 1e3},
+                     {"torch_path_ms", torch_ms},
+                     {"torch_path_GBps_of_capacity", capacity_gb / torch_ms * 1e3}});
+  }
+  out["speed_3b_shape_28_layers"] = speed;
+  return out;
+}
 
 // The batched recorded step (OxyGen's language requests, several rows at their own lengths)
 // against the per-layer batched forward on the device, fed the same tokens: f32 logits within
@@ -745,6 +880,13 @@ int main(int argc, char** argv) {
   out["pinned_host_source"] = check_pinned_source(shape, prefix, tokens, ok);
   out["paged_pool"] = check_page_pool(ok);
   out["batched_recorded_step"] = check_batched_step(ok);
+  try {
+    out["decode_attention"] = check_decode_attention(ok);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAIL decode attention threw: %s\n", e.what());
+    out["decode_attention"] = {{"error", e.what()}};
+    ok = false;
+  }
   out["ok"] = ok;
   std::printf("%s\n", out.dump(2).c_str());
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';

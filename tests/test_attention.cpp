@@ -3,8 +3,11 @@
 #include <QtTest>
 
 #include <cmath>
+#include <stdexcept>
+#include <vector>
 
 #include "core/runtime/attention.h"
+#include "gpu/decode_attention.h"
 
 using namespace engram;
 
@@ -100,6 +103,97 @@ class AttentionTest : public QObject {
     QCOMPARE(mask.to(at::kLong).sum().item<int64_t>(), 4);  // positions 6..9
     QVERIFY(mask[0][0][0][6].item<bool>());
     QVERIFY(!mask[0][0][0][5].item<bool>());
+  }
+
+  // The decode kernel's contract (gpu/decode_attention.h) on its reference body, against a loop
+  // in double: grouped heads, holes (-1), a sliding window, per-head valid slots, slots past a
+  // row's newest one unread (they hold NaN here), a row that sees nothing gets zeros.
+  void decodeAttentionMatchesALoop_data() {
+    QTest::addColumn<int>("window");
+    QTest::addColumn<bool>("ragged");
+    QTest::newRow("positions") << 0 << false;
+    QTest::newRow("window 7") << 7 << false;
+    QTest::newRow("per-head valid") << 0 << true;
+  }
+  void decodeAttentionMatchesALoop() {
+    QFETCH(int, window);
+    QFETCH(bool, ragged);
+    at::manual_seed(11 + window);
+    const int64_t rows = 3, hq = 6, hkv = 2, g = 3, d = 16, slots = 40;
+    const at::Tensor q = at::randn({rows, hq, d});
+    const at::Tensor keys = at::randn({rows, hkv, slots, d});
+    const at::Tensor values = at::randn({rows, hkv, slots, d});
+    at::Tensor kpos = at::arange(slots, at::kLong).unsqueeze(0).repeat({rows, 1});
+    kpos[0].narrow(0, 5, 3).fill_(-1);         // holes
+    kpos[1] = at::randperm(slots, at::kLong);  // any order
+    kpos[2].fill_(-1);                         // sees nothing
+    const std::vector<int64_t> last{25, 39, 39};
+    const at::Tensor last_slots = at::tensor(last, at::kLong);
+    const at::Tensor positions = at::tensor(std::vector<int64_t>{25, 30, 39}, at::kLong);
+    for (int64_t r = 0; r < rows; ++r) {  // what a step never wrote
+      keys[r].narrow(1, last[r] + 1, slots - 1 - last[r]).fill_(NAN);
+      values[r].narrow(1, last[r] + 1, slots - 1 - last[r]).fill_(NAN);
+    }
+    at::Tensor valid;
+    if (ragged) valid = at::rand({rows, hkv, slots}).gt(0.3);
+    const double scale = 0.25;
+    const at::Tensor out =
+        gpu::decode_attention(q, keys, values, kpos, valid, positions, last_slots, window, scale);
+    QCOMPARE(out.sizes(), q.sizes());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pos = positions[r].item<int64_t>();
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t kh = h / g;
+        std::vector<double> w(slots, 0.0);
+        double m = -INFINITY;
+        for (int64_t j = 0; j <= last[r]; ++j) {
+          const int64_t kp = kpos[r][j].item<int64_t>();
+          bool seen = kp >= 0 && kp <= pos && (window == 0 || kp > pos - window);
+          if (valid.defined()) seen = seen && valid[r][kh][j].item<bool>();
+          if (!seen) continue;
+          w[j] = scale *
+                 (q[r][h].to(at::kDouble) * keys[r][kh][j].to(at::kDouble)).sum().item<double>();
+          m = std::max(m, w[j]);
+        }
+        at::Tensor expected = at::zeros({d}, at::kDouble);
+        double l = 0;
+        for (int64_t j = 0; j <= last[r] && m > -INFINITY; ++j) {
+          const int64_t kp = kpos[r][j].item<int64_t>();
+          bool seen = kp >= 0 && kp <= pos && (window == 0 || kp > pos - window);
+          if (valid.defined()) seen = seen && valid[r][kh][j].item<bool>();
+          if (!seen) continue;
+          const double e = std::exp(w[j] - m);
+          l += e;
+          expected += e * values[r][kh][j].to(at::kDouble);
+        }
+        if (l > 0) expected /= l;
+        QVERIFY2(at::allclose(out[r][h].to(at::kDouble), expected, 1e-5, 1e-5),
+                 qPrintable(QString("row %1 head %2").arg(r).arg(h)));
+      }
+    }
+    QVERIFY(out[2].abs().sum().item<double>() == 0);  // row 2 saw nothing
+    // Without positions every slot up to the newest is seen: plain softmax attention.
+    const at::Tensor dense = gpu::decode_attention(
+        q.narrow(0, 1, 1), keys.narrow(0, 1, 1), values.narrow(0, 1, 1), at::Tensor(), at::Tensor(),
+        positions.narrow(0, 1, 1), last_slots.narrow(0, 1, 1), 0, scale);
+    const at::Tensor probs =
+        at::softmax(at::matmul(q[1].view({hkv, g, d}), keys[1].transpose(1, 2)) * scale, -1);
+    QVERIFY(at::allclose(dense[0], at::matmul(probs, values[1]).view({hq, d}), 1e-5, 1e-5));
+  }
+
+  void decodeAttentionRejectsBadShapes() {
+    const at::Tensor q = at::randn({1, 4, 8}), kv = at::randn({1, 2, 5, 8});
+    const at::Tensor pos = at::zeros({1}, at::kLong);
+    QVERIFY_EXCEPTION_THROWN(
+        gpu::decode_attention(q, at::randn({1, 3, 5, 8}), at::randn({1, 3, 5, 8}), at::Tensor(),
+                              at::Tensor(), pos, pos, 0, 1.0),
+        std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(gpu::decode_attention(q, kv, kv, at::zeros({1, 4}, at::kLong),
+                                                   at::Tensor(), pos, pos, 0, 1.0),
+                             std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(gpu::decode_attention(q, kv, kv.to(at::kDouble), at::Tensor(),
+                                                   at::Tensor(), pos, pos, 0, 1.0),
+                             std::invalid_argument);
   }
 };
 

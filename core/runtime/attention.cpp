@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "gpu/decode_attention.h"
+
 namespace engram {
 namespace {
 
@@ -106,6 +108,17 @@ at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& 
   const int64_t s = q.size(2), t = kv.keys.size(2);
   const bool window_cuts = window && t > *window;
   const bool dense = kv.dense_causal && !window_cuts && !kv.key_valid.defined();
+  if (s == 1 && q.is_cuda()) {
+    // Decode: the split-slot kernel (gpu/decode_attention.h); a new token of a dense cache sees
+    // every key, so its positions are not read.
+    const int64_t b = q.size(0);
+    const at::Tensor last_slots = at::full({b}, t - 1, q_positions.options());
+    return gpu::decode_attention(q.squeeze(2), kv.keys, kv.values,
+                                 dense ? at::Tensor() : kv.key_positions, kv.key_valid,
+                                 q_positions.reshape({b}), last_slots, window.value_or(0),
+                                 1.0 / std::sqrt(static_cast<double>(q.size(3))))
+        .unsqueeze(2);
+  }
   if (dense && s == 1) {
     return grouped_attention(q, kv.keys, kv.values, at::Tensor());  // a new token sees all keys
   }

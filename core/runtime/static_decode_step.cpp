@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/runtime/decoder_layer.h"
+#include "gpu/decode_attention.h"
 #include "gpu/rope_kv_write.h"
 
 namespace engram {
@@ -154,8 +155,8 @@ std::vector<const void*> StaticDecodeStep::addresses(const KvCache& cache) const
 void StaticDecodeStep::run() {
   const ModelConfig& c = decoder_.config();
   const DecoderWeights& weights = decoder_.weights();
-  const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim, g = hq / hkv;
-  const int64_t rows = key_positions_.size(0), capacity = key_positions_.size(1);
+  const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim;
+  const int64_t rows = key_positions_.size(0);
   const at::ScalarType dtype = decoder_.dtype();
 
   const at::Tensor token = inputs_[0];
@@ -163,21 +164,11 @@ void StaticDecodeStep::run() {
   const at::Tensor slot = inputs_[2].view({rows, 1});
 
   key_positions_.scatter_(1, slot, position);
-  at::Tensor visible = key_positions_.ge(0).logical_and(key_positions_.le(position));
-  if (c.sliding_window)
-    visible = visible.logical_and(key_positions_.gt(position - *c.sliding_window));
-  // Additive mask over the capacity, folded into the score matmul (baddbmm) as [rows·hkv, 1,
-  // capacity]; per KV head when a ragged working set hides slots from some heads (as attention()
-  // does with key_valid).
-  const auto bias_options = at::TensorOptions().dtype(dtype).device(decoder_.device());
-  const auto mask_bias_of = [&](const at::Tensor& valid) {
-    at::Tensor seen = visible.view({rows, 1, capacity});
-    seen = valid.defined() ? seen.logical_and(valid) : seen.expand({rows, hkv, capacity});
-    return at::zeros({rows * hkv, 1, capacity}, bias_options)
-        .masked_fill_(seen.reshape({rows * hkv, 1, capacity}).logical_not(),
-                      -std::numeric_limits<double>::infinity());
-  };
-  const at::Tensor shared_bias = key_valid_[0].defined() ? at::Tensor() : mask_bias_of({});
+  // Attention reads each row's slots up to the one it writes (gpu::decode_attention): the
+  // capacity recorded for growth costs nothing until it is used.
+  const at::Tensor row_positions = inputs_[1];
+  const at::Tensor last_slots = inputs_[2];
+  const int64_t window = c.sliding_window ? *c.sliding_window : 0;
   auto [cos, sin] = decoder_.rope().cos_sin(position, dtype);  // [rows, 1, 1, hd]
   cos = cos.reshape({rows, hd});
   sin = sin.reshape({rows, hd});
@@ -196,15 +187,9 @@ void StaticDecodeStep::run() {
                            p.v[b].reshape({hkv, hd}), cos[b], sin[b], slot[b], q_out, key_rows,
                            value_rows);
       }
-      // Grouped-query attention without repeating KV heads: the g query heads of a KV head are
-      // rows of one matmul. Softmax in f32, as the per-layer path and transformers do.
-      const at::Tensor mask_bias =
-          shared_bias.defined() ? shared_bias : mask_bias_of(key_valid_[li]);
-      const at::Tensor scores =
-          at::baddbmm(mask_bias, q_rot.view({rows * hkv, g, hd}),
-                      keys_[li].view({rows * hkv, capacity, hd}).transpose(1, 2), 1.0, scale);
-      const at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(dtype);
-      return at::bmm(probs, values_[li].view({rows * hkv, capacity, hd})).view({rows, hq, 1, hd});
+      return gpu::decode_attention(q_rot, keys_[li], values_[li], key_positions_, key_valid_[li],
+                                   row_positions, last_slots, window, scale)
+          .view({rows, hq, 1, hd});
     });
   }
   logits_.copy_(decoder_logits(c, weights, h).view({rows, -1}));
