@@ -91,8 +91,10 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   const int split = blockIdx.x, rh = blockIdx.y;
   const int row = rh / p.hkv, head = rh % p.hkv, g = p.g;
   const int64_t start = static_cast<int64_t>(split) * kChunk;
-  const int64_t end = min(p.slots, p.last_slots[row] + 1);
-  const int n = static_cast<int>(max<int64_t>(0, min<int64_t>(kChunk, end - start)));
+  const int64_t newest = p.last_slots[row];
+  const int64_t end = newest + 1 < p.slots ? newest + 1 : p.slots;
+  const int64_t avail = end - start;
+  const int n = avail <= 0 ? 0 : avail < kChunk ? static_cast<int>(avail) : kChunk;
   float* ml = p.part_ml + (static_cast<int64_t>(rh) * p.splits + split) * g * 2;
   float* acc_out = p.part_acc + (static_cast<int64_t>(rh) * p.splits + split) * g * D;
   if (n == 0) {  // past the row's newest slot: nothing read, nothing weighs in the combine
