@@ -10,10 +10,8 @@
 namespace engram::gpu {
 namespace {
 
-constexpr int kChunk = 256;  // slots per block of the first kernel
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;  // 16-byte loads in flight per lane
 
 struct Params {
   const void* q;
@@ -75,26 +73,61 @@ __device__ __half from_f(float v) {
   return __float2half(v);
 }
 
-// One block per (256 slots, row · KV head). A key row of d values is read by LPK lanes with one
-// 16-byte load each; a warp reads KPW keys at a time. Scores of the block's g queries go to
-// shared memory, become exp(s - m) there, and weight the values read the same way.
+// Slots per block: a block's keys and values are one 16 KiB tile each in shared memory.
+constexpr int kTileBytes = 16384;
+template <typename T, int D>
+__host__ __device__ constexpr int chunk_slots() {
+  return kTileBytes / (D * static_cast<int>(sizeof(T)));
+}
+
+__device__ inline void copy16_async(void* smem, const void* global) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
+}
+__device__ inline void async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ inline void async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <typename T, int D, int G>
+constexpr size_t partial_smem_bytes() {
+  constexpr int C = chunk_slots<T, D>();
+  return 2 * kTileBytes + (G * C + 2 * G) * sizeof(float) + C;
+}
+
+// One block per (tile of slots, row · KV head). The tile's keys and values are copied into
+// shared memory asynchronously (cp.async: every byte in flight at once, none held in registers);
+// the scores wait for the keys only, the values arrive meanwhile. A key row of d values is read
+// by LPK lanes, 16 bytes each; a warp takes KPW keys at a time. The g queries' scores become
+// exp(s - m) in shared memory and weight the values read the same way.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPK = D / VEC;
   constexpr int KPW = 32 / LPK;
   constexpr int GROUPS = kWarps * KPW;
-  __shared__ float s_p[G][kChunk];
-  __shared__ float s_red[kWarps][G][D];
-  __shared__ float s_m[G], s_l[G];
+  constexpr int C = chunk_slots<T, D>();
+  constexpr int PIECES = D / VEC;  // 16-byte pieces per slot
+  static_assert(kWarps * G * D * sizeof(float) <= 2 * kTileBytes, "s_red fits over the tiles");
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* k_tile = reinterpret_cast<T*>(smem);
+  T* v_tile = reinterpret_cast<T*>(smem + kTileBytes);
+  float* s_p = reinterpret_cast<float*>(smem + 2 * kTileBytes);  // [G][C]
+  float* s_m = s_p + G * C;
+  float* s_l = s_m + G;
+  bool* s_seen = reinterpret_cast<bool*>(s_l + G);  // [C]
+  float* s_red = reinterpret_cast<float*>(smem);    // [kWarps][G][D], over the read tiles
 
   const int split = blockIdx.x, rh = blockIdx.y;
   const int row = rh / p.hkv, head = rh % p.hkv, g = p.g;
-  const int64_t start = static_cast<int64_t>(split) * kChunk;
+  const int64_t start = static_cast<int64_t>(split) * C;
   const int64_t newest = p.last_slots[row];
   const int64_t end = newest + 1 < p.slots ? newest + 1 : p.slots;
   const int64_t avail = end - start;
-  const int n = avail <= 0 ? 0 : avail < kChunk ? static_cast<int>(avail) : kChunk;
+  const int n = avail <= 0 ? 0 : avail < C ? static_cast<int>(avail) : C;
   float* ml = p.part_ml + (static_cast<int64_t>(rh) * p.splits + split) * g * 2;
   float* acc_out = p.part_acc + (static_cast<int64_t>(rh) * p.splits + split) * g * D;
   if (n == 0) {  // past the row's newest slot: nothing read, nothing weighs in the combine
@@ -104,9 +137,29 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     }
     return;
   }
+  const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head + start * D;
+  const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head + start * D;
+  for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
+    copy16_async(k_tile + i * VEC, kbase + i * VEC);
+  async_commit();
+  for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
+    copy16_async(v_tile + i * VEC, vbase + i * VEC);
+  async_commit();
+
+  // While the tiles arrive: which slots this head sees, and the queries (scaled) in registers.
+  const int64_t pos = p.positions[row];
+  for (int j = threadIdx.x; j < n; j += kThreads) {
+    bool seen = true;
+    if (p.key_positions) {
+      const int64_t kp = p.key_positions[row * p.kp_row + start + j];
+      seen = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
+    }
+    if (p.key_valid)
+      seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
+    s_seen[j] = seen;
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % LPK, kg = warp * KPW + lane / LPK;
-
   float qr[G][VEC];
   const T* qp =
       static_cast<const T*>(p.q) + row * p.q_row + static_cast<int64_t>(head) * g * p.q_head;
@@ -123,49 +176,30 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         qr[qi][e] = 0.f;
     }
   }
-  const int64_t pos = p.positions[row];
-  const int64_t* kpos = p.key_positions ? p.key_positions + row * p.kp_row + start : nullptr;
-  const bool* kvalid =
-      p.key_valid ? p.key_valid + row * p.valid_row + head * p.valid_head + start : nullptr;
-  const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head + start * D;
+  async_wait<1>();  // the keys
+  __syncthreads();
 
-  for (int base = 0; base < n; base += GROUPS * kUnroll) {
-    float kv[kUnroll][VEC];
-    bool seen[kUnroll];
+  for (int j0 = 0; j0 < n; j0 += GROUPS) {  // the bound is the same in every lane
+    const int j = j0 + kg;
+    float kv[VEC];
+    if (j < n) {
+      load_vec(k_tile + j * D + sub * VEC, kv);
+    } else {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * GROUPS + kg;
-      seen[u] = j < n;
-      if (seen[u]) {
-        load_vec(kbase + static_cast<int64_t>(j) * D + sub * VEC, kv[u]);
-        if (sub == 0) {
-          if (kpos) {
-            const int64_t kp = kpos[j];
-            seen[u] = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
-          }
-          if (kvalid) seen[u] = seen[u] && kvalid[j];
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          kv[u][e] = 0.f;
-      }
+      for (int e = 0; e < VEC; ++e)
+        kv[e] = 0.f;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * GROUPS + kg;
+    for (int qi = 0; qi < G; ++qi) {
+      if (qi >= g) break;  // g is the same in every lane: the shuffles stay converged
+      float s = 0.f;
 #pragma unroll
-      for (int qi = 0; qi < G; ++qi) {
-        if (qi >= g) break;  // g is the same in every lane: the shuffles stay converged
-        float s = 0.f;
+      for (int e = 0; e < VEC; ++e)
+        s = fmaf(qr[qi][e], kv[e], s);
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          s = fmaf(qr[qi][e], kv[u][e], s);
-#pragma unroll
-        for (int off = LPK / 2; off > 0; off /= 2)
-          s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (sub == 0 && j < n) s_p[qi][j] = seen[u] ? s : -INFINITY;
-      }
+      for (int off = LPK / 2; off > 0; off /= 2)
+        s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (sub == 0 && j < n) s_p[qi * C + j] = s_seen[j] ? s : -INFINITY;
     }
   }
   __syncthreads();
@@ -173,14 +207,14 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   for (int qi = warp; qi < g; qi += kWarps) {
     float m = -INFINITY;
     for (int j = lane; j < n; j += 32)
-      m = fmaxf(m, s_p[qi][j]);
+      m = fmaxf(m, s_p[qi * C + j]);
 #pragma unroll
     for (int off = 16; off > 0; off /= 2)
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
     float l = 0.f;
     for (int j = lane; j < n; j += 32) {
-      const float e = m == -INFINITY ? 0.f : expf(s_p[qi][j] - m);
-      s_p[qi][j] = e;
+      const float e = m == -INFINITY ? 0.f : expf(s_p[qi * C + j] - m);
+      s_p[qi * C + j] = e;
       l += e;
     }
 #pragma unroll
@@ -191,6 +225,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
       s_l[qi] = l;
     }
   }
+  async_wait<0>();  // the values
   __syncthreads();
 
   float acc[G][VEC];
@@ -199,27 +234,17 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       acc[qi][e] = 0.f;
-  const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head + start * D;
-  for (int base = 0; base < n; base += GROUPS * kUnroll) {
-    float vv[kUnroll][VEC];
+  for (int j = kg; j < n; j += GROUPS) {
+    float vv[VEC];
+    load_vec(v_tile + j * D + sub * VEC, vv);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * GROUPS + kg;
-      if (j < n) load_vec(vbase + static_cast<int64_t>(j) * D + sub * VEC, vv[u]);
-    }
+    for (int qi = 0; qi < G; ++qi) {
+      if (qi >= g) break;
+      const float w = s_p[qi * C + j];
+      if (w == 0.f) continue;  // an unseen slot adds nothing, whatever it holds
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int j = base + u * GROUPS + kg;
-      if (j >= n) continue;
-#pragma unroll
-      for (int qi = 0; qi < G; ++qi) {
-        if (qi >= g) break;
-        const float w = s_p[qi][j];
-        if (w == 0.f) continue;  // an unseen slot adds nothing, whatever it holds
-#pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          acc[qi][e] = fmaf(w, vv[u][e], acc[qi][e]);
-      }
+      for (int e = 0; e < VEC; ++e)
+        acc[qi][e] = fmaf(w, vv[e], acc[qi][e]);
     }
   }
   // Lanes holding the same slice of d differ by multiples of LPK: sum them, then over warps.
@@ -230,12 +255,13 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         acc[qi][e] += __shfl_xor_sync(0xffffffffu, acc[qi][e], off);
+  __syncthreads();  // every lane is done with the tiles: s_red goes over them
   if (lane < LPK) {
 #pragma unroll
     for (int qi = 0; qi < G; ++qi)
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        s_red[warp][qi][sub * VEC + e] = acc[qi][e];
+        s_red[(warp * G + qi) * D + sub * VEC + e] = acc[qi][e];
   }
   __syncthreads();
   for (int t = threadIdx.x; t < g * D; t += kThreads) {
@@ -243,7 +269,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w)
-      sum += s_red[w][qi][dd];
+      sum += s_red[(w * G + qi) * D + dd];
     acc_out[t] = sum;
   }
   if (threadIdx.x < g) {
@@ -252,58 +278,103 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   }
 }
 
-// One block per (row · KV head, query head of its group), one thread per element of d: the
-// blocks' partial softmaxes rescaled to the largest max.
+// One block per (row · KV head, query head of its group): the tiles' partial softmaxes
+// rescaled to the largest max; the warps split the tiles, each lane D / 32 elements of d.
 template <typename T, int D>
-__global__ void decode_combine_kernel(Params p) {
-  const int g = p.g, rh = blockIdx.x / g, qi = blockIdx.x % g, d = threadIdx.x;
+__global__ void __launch_bounds__(kThreads) decode_combine_kernel(Params p) {
+  constexpr int PER_LANE = D / 32;
+  __shared__ float s_max[kWarps];
+  __shared__ float s_lw[kWarps];
+  __shared__ float s_acc[kWarps][D];
+  const int g = p.g, rh = blockIdx.x / g, qi = blockIdx.x % g;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * g * 2;
   const float* acc = p.part_acc + static_cast<int64_t>(rh) * p.splits * g * D;
   float m = -INFINITY;
-  for (int s = 0; s < p.splits; ++s)
+  for (int s = threadIdx.x; s < p.splits; s += kThreads)
     m = fmaxf(m, ml[(s * g + qi) * 2]);
-  float l = 0.f, a = 0.f;
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2)
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if (lane == 0) s_max[warp] = m;
+  __syncthreads();
+  m = s_max[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w)
+    m = fmaxf(m, s_max[w]);
+  float a[PER_LANE];
+#pragma unroll
+  for (int e = 0; e < PER_LANE; ++e)
+    a[e] = 0.f;
+  float l = 0.f;
   if (m != -INFINITY) {
-    for (int s = 0; s < p.splits; ++s) {
+    for (int s = warp; s < p.splits; s += kWarps) {
       const float ls = ml[(s * g + qi) * 2 + 1];
       if (ls > 0.f) {
         const float w = expf(ml[(s * g + qi) * 2] - m);
         l = fmaf(w, ls, l);
-        a = fmaf(w, acc[(static_cast<int64_t>(s) * g + qi) * D + d], a);
+        const float* src = acc + (static_cast<int64_t>(s) * g + qi) * D + lane * PER_LANE;
+#pragma unroll
+        for (int e = 0; e < PER_LANE; ++e)
+          a[e] = fmaf(w, src[e], a[e]);
       }
     }
   }
-  static_cast<T*>(p.out)[(static_cast<int64_t>(rh) * g + qi) * D + d] =
-      from_f<T>(l > 0.f ? a / l : 0.f);
+#pragma unroll
+  for (int e = 0; e < PER_LANE; ++e)
+    s_acc[warp][lane * PER_LANE + e] = a[e];
+  if (lane == 0) s_lw[warp] = l;
+  __syncthreads();
+  float total = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w)
+    total += s_lw[w];
+  for (int d = threadIdx.x; d < D; d += kThreads) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      sum += s_acc[w][d];
+    static_cast<T*>(p.out)[(static_cast<int64_t>(rh) * g + qi) * D + d] =
+        from_f<T>(total > 0.f ? sum / total : 0.f);
+  }
 }
 
 template <typename T, int D, int G>
-void launch(const Params& p, int64_t rows) {
+void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
+  constexpr int C = chunk_slots<T, D>();
+  p.splits = static_cast<int>((p.slots + C - 1) / C);
+  // Freed at return: the caching allocator hands the blocks out again only to work queued after
+  // these kernels on this stream (in a capture, the graph's pool keeps them).
+  at::Tensor part_acc = at::empty({rows * p.hkv, p.splits, p.g, D}, f32);
+  at::Tensor part_ml = at::empty({rows * p.hkv, p.splits, p.g, 2}, f32);
+  p.part_acc = part_acc.data_ptr<float>();
+  p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  decode_partial_kernel<T, D, G>
-      <<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads, 0, stream>>>(p);
+  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads,
+                                   partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  decode_combine_kernel<T, D><<<static_cast<unsigned>(rows * p.hkv * p.g), D, 0, stream>>>(p);
+  decode_combine_kernel<T, D>
+      <<<static_cast<unsigned>(rows * p.hkv * p.g), kThreads, 0, stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <typename T, int D>
-void launch_g(const Params& p, int64_t rows) {
+void launch_g(const Params& p, int64_t rows, const at::TensorOptions& f32) {
   if (p.g <= 4) {
-    launch<T, D, 4>(p, rows);
+    launch<T, D, 4>(p, rows, f32);
   } else {
-    launch<T, D, 8>(p, rows);
+    launch<T, D, 8>(p, rows, f32);
   }
 }
 
 template <typename T>
-void launch_d(const Params& p, int64_t rows, int64_t d) {
+void launch_d(const Params& p, int64_t rows, int64_t d, const at::TensorOptions& f32) {
   if (d == 64) {
-    launch_g<T, 64>(p, rows);
+    launch_g<T, 64>(p, rows, f32);
   } else if (d == 128) {
-    launch_g<T, 128>(p, rows);
+    launch_g<T, 128>(p, rows, f32);
   } else if constexpr (sizeof(T) == 2) {
-    launch_g<T, 256>(p, rows);
+    launch_g<T, 256>(p, rows, f32);
   } else {
     throw std::invalid_argument("decode_attention: f32 takes head_dim 64 or 128");
   }
@@ -326,10 +397,7 @@ at::Tensor decode_attention_cuda(const at::Tensor& q_in, const at::Tensor& keys,
   Params p{};
   p.g = static_cast<int>(hq / hkv);
   p.hkv = static_cast<int>(hkv);
-  p.splits = static_cast<int>((slots + kChunk - 1) / kChunk);
   const auto f32 = q.options().dtype(at::kFloat);
-  at::Tensor part_acc = at::empty({rows * hkv, p.splits, p.g, d}, f32);
-  at::Tensor part_ml = at::empty({rows * hkv, p.splits, p.g, 2}, f32);
   p.q = q.data_ptr();
   p.q_row = q.stride(0);
   p.q_head = q.stride(1);
@@ -353,18 +421,16 @@ at::Tensor decode_attention_cuda(const at::Tensor& q_in, const at::Tensor& keys,
   p.slots = slots;
   p.window = window;
   p.scale = static_cast<float>(scale);
-  p.part_acc = part_acc.data_ptr<float>();
-  p.part_ml = part_ml.data_ptr<float>();
   p.out = out.data_ptr();
   switch (q.scalar_type()) {
     case at::kFloat:
-      launch_d<float>(p, rows, d);
+      launch_d<float>(p, rows, d, f32);
       break;
     case at::kBFloat16:
-      launch_d<__nv_bfloat16>(p, rows, d);
+      launch_d<__nv_bfloat16>(p, rows, d, f32);
       break;
     case at::kHalf:
-      launch_d<__half>(p, rows, d);
+      launch_d<__half>(p, rows, d, f32);
       break;
     default:
       throw std::invalid_argument("decode_attention: q must be f32, bf16 or f16");
