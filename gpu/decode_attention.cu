@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "gpu/decode_attention.h"
@@ -95,14 +96,16 @@ __device__ inline void async_wait() {
 template <typename T, int D, int G>
 constexpr size_t partial_smem_bytes() {
   constexpr int C = chunk_slots<T, D>();
-  return 2 * kTileBytes + (G * C + 2 * G) * sizeof(float) + C;
+  return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + C;
 }
 
-// One block per (tile of slots, row · KV head). The tile's keys and values are copied into
-// shared memory asynchronously (cp.async: every byte in flight at once, none held in registers);
-// the scores wait for the keys only, the values arrive meanwhile. A key row of d values is read
-// by LPK lanes, 16 bytes each; a warp takes KPW keys at a time. The g queries' scores become
-// exp(s - m) in shared memory and weight the values read the same way.
+// One block per (split, row · KV head); split s takes tiles s, s + splits, s + 2·splits, ... of
+// the row's slots up to its newest (interleaved: the capacity past them costs no block its
+// share). A tile's keys and values are copied into shared memory asynchronously (cp.async:
+// every byte in flight at once, none held in registers); the scores wait for the keys only, the
+// values arrive meanwhile. A key row of d values is read by LPK lanes, 16 bytes each; a warp
+// takes KPW keys at a time. The block keeps an online softmax over its tiles (running max and
+// sum per query, the weighted values rescaled when the max grows), as flash-decoding does.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
@@ -116,50 +119,23 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   T* k_tile = reinterpret_cast<T*>(smem);
   T* v_tile = reinterpret_cast<T*>(smem + kTileBytes);
   float* s_p = reinterpret_cast<float*>(smem + 2 * kTileBytes);  // [G][C]
-  float* s_m = s_p + G * C;
-  float* s_l = s_m + G;
-  bool* s_seen = reinterpret_cast<bool*>(s_l + G);  // [C]
-  float* s_red = reinterpret_cast<float*>(smem);    // [kWarps][G][D], over the read tiles
+  float* s_m = s_p + G * C;                                      // running max per query
+  float* s_l = s_m + G;                                          // running sum
+  float* s_scale = s_l + G;                                      // this tile's rescale
+  bool* s_seen = reinterpret_cast<bool*>(s_scale + G);           // [C]
+  float* s_red = reinterpret_cast<float*>(smem);  // [kWarps][G][D], over the read tiles
 
   const int split = blockIdx.x, rh = blockIdx.y;
   const int row = rh / p.hkv, head = rh % p.hkv, g = p.g;
-  const int64_t start = static_cast<int64_t>(split) * C;
   const int64_t newest = p.last_slots[row];
   const int64_t end = newest + 1 < p.slots ? newest + 1 : p.slots;
-  const int64_t avail = end - start;
-  const int n = avail <= 0 ? 0 : avail < C ? static_cast<int>(avail) : C;
-  float* ml = p.part_ml + (static_cast<int64_t>(rh) * p.splits + split) * g * 2;
-  float* acc_out = p.part_acc + (static_cast<int64_t>(rh) * p.splits + split) * g * D;
-  if (n == 0) {  // past the row's newest slot: nothing read, nothing weighs in the combine
-    if (threadIdx.x < g) {
-      ml[2 * threadIdx.x] = -INFINITY;
-      ml[2 * threadIdx.x + 1] = 0.f;
-    }
-    return;
-  }
-  const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head + start * D;
-  const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head + start * D;
-  for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
-    copy16_async(k_tile + i * VEC, kbase + i * VEC);
-  async_commit();
-  for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
-    copy16_async(v_tile + i * VEC, vbase + i * VEC);
-  async_commit();
-
-  // While the tiles arrive: which slots this head sees, and the queries (scaled) in registers.
   const int64_t pos = p.positions[row];
-  for (int j = threadIdx.x; j < n; j += kThreads) {
-    bool seen = true;
-    if (p.key_positions) {
-      const int64_t kp = p.key_positions[row * p.kp_row + start + j];
-      seen = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
-    }
-    if (p.key_valid)
-      seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
-    s_seen[j] = seen;
-  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % LPK, kg = warp * KPW + lane / LPK;
+  if (threadIdx.x < G) {
+    s_m[threadIdx.x] = -INFINITY;
+    s_l[threadIdx.x] = 0.f;
+  }
   float qr[G][VEC];
   const T* qp =
       static_cast<const T*>(p.q) + row * p.q_row + static_cast<int64_t>(head) * g * p.q_head;
@@ -176,77 +152,116 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         qr[qi][e] = 0.f;
     }
   }
-  async_wait<1>();  // the keys
-  __syncthreads();
-
-  for (int j0 = 0; j0 < n; j0 += GROUPS) {  // the bound is the same in every lane
-    const int j = j0 + kg;
-    float kv[VEC];
-    if (j < n) {
-      load_vec(k_tile + j * D + sub * VEC, kv);
-    } else {
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        kv[e] = 0.f;
-    }
-#pragma unroll
-    for (int qi = 0; qi < G; ++qi) {
-      if (qi >= g) break;  // g is the same in every lane: the shuffles stay converged
-      float s = 0.f;
-#pragma unroll
-      for (int e = 0; e < VEC; ++e)
-        s = fmaf(qr[qi][e], kv[e], s);
-#pragma unroll
-      for (int off = LPK / 2; off > 0; off /= 2)
-        s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (sub == 0 && j < n) s_p[qi * C + j] = s_seen[j] ? s : -INFINITY;
-    }
-  }
-  __syncthreads();
-
-  for (int qi = warp; qi < g; qi += kWarps) {
-    float m = -INFINITY;
-    for (int j = lane; j < n; j += 32)
-      m = fmaxf(m, s_p[qi * C + j]);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2)
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    float l = 0.f;
-    for (int j = lane; j < n; j += 32) {
-      const float e = m == -INFINITY ? 0.f : expf(s_p[qi * C + j] - m);
-      s_p[qi * C + j] = e;
-      l += e;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2)
-      l += __shfl_xor_sync(0xffffffffu, l, off);
-    if (lane == 0) {
-      s_m[qi] = m;
-      s_l[qi] = l;
-    }
-  }
-  async_wait<0>();  // the values
-  __syncthreads();
-
   float acc[G][VEC];
 #pragma unroll
   for (int qi = 0; qi < G; ++qi)
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       acc[qi][e] = 0.f;
-  for (int j = kg; j < n; j += GROUPS) {
-    float vv[VEC];
-    load_vec(v_tile + j * D + sub * VEC, vv);
+  __syncthreads();
+
+  for (int64_t start = static_cast<int64_t>(split) * C; start < end;
+       start += static_cast<int64_t>(p.splits) * C) {
+    const int n = end - start < C ? static_cast<int>(end - start) : C;
+    const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head + start * D;
+    const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head + start * D;
+    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
+      copy16_async(k_tile + i * VEC, kbase + i * VEC);
+    async_commit();
+    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
+      copy16_async(v_tile + i * VEC, vbase + i * VEC);
+    async_commit();
+    // While the tile arrives: which of its slots this head sees.
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      bool seen = true;
+      if (p.key_positions) {
+        const int64_t kp = p.key_positions[row * p.kp_row + start + j];
+        seen = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
+      }
+      if (p.key_valid)
+        seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
+      s_seen[j] = seen;
+    }
+    async_wait<1>();  // the keys
+    __syncthreads();
+
+    for (int j0 = 0; j0 < n; j0 += GROUPS) {  // the bound is the same in every lane
+      const int j = j0 + kg;
+      float kv[VEC];
+      if (j < n) {
+        load_vec(k_tile + j * D + sub * VEC, kv);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          kv[e] = 0.f;
+      }
+#pragma unroll
+      for (int qi = 0; qi < G; ++qi) {
+        if (qi >= g) break;  // g is the same in every lane: the shuffles stay converged
+        float s = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          s = fmaf(qr[qi][e], kv[e], s);
+#pragma unroll
+        for (int off = LPK / 2; off > 0; off /= 2)
+          s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (sub == 0 && j < n) s_p[qi * C + j] = s_seen[j] ? s : -INFINITY;
+      }
+    }
+    __syncthreads();
+
+    for (int qi = warp; qi < g; qi += kWarps) {
+      float m = -INFINITY;
+      for (int j = lane; j < n; j += 32)
+        m = fmaxf(m, s_p[qi * C + j]);
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      const float m_old = s_m[qi], m_new = fmaxf(m_old, m);
+      float l = 0.f;
+      for (int j = lane; j < n; j += 32) {
+        const float e = m_new == -INFINITY ? 0.f : expf(s_p[qi * C + j] - m_new);
+        s_p[qi * C + j] = e;
+        l += e;
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2)
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+      __syncwarp();
+      if (lane == 0) {
+        const float rescale = m_old == -INFINITY ? 0.f : expf(m_old - m_new);
+        s_scale[qi] = rescale;
+        s_l[qi] = s_l[qi] * rescale + l;
+        s_m[qi] = m_new;
+      }
+    }
+    async_wait<0>();  // the values
+    __syncthreads();
+
 #pragma unroll
     for (int qi = 0; qi < G; ++qi) {
       if (qi >= g) break;
-      const float w = s_p[qi * C + j];
-      if (w == 0.f) continue;  // an unseen slot adds nothing, whatever it holds
+      const float rescale = s_scale[qi];
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
-        acc[qi][e] = fmaf(w, vv[e], acc[qi][e]);
+        acc[qi][e] *= rescale;
     }
+    for (int j = kg; j < n; j += GROUPS) {
+      float vv[VEC];
+      load_vec(v_tile + j * D + sub * VEC, vv);
+#pragma unroll
+      for (int qi = 0; qi < G; ++qi) {
+        if (qi >= g) break;
+        const float w = s_p[qi * C + j];
+        if (w == 0.f) continue;  // an unseen slot adds nothing, whatever it holds
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          acc[qi][e] = fmaf(w, vv[e], acc[qi][e]);
+      }
+    }
+    __syncthreads();  // the next tile overwrites the tiles and the scores
   }
+
   // Lanes holding the same slice of d differ by multiples of LPK: sum them, then over warps.
 #pragma unroll
   for (int off = LPK; off < 32; off *= 2)
@@ -255,7 +270,6 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         acc[qi][e] += __shfl_xor_sync(0xffffffffu, acc[qi][e], off);
-  __syncthreads();  // every lane is done with the tiles: s_red goes over them
   if (lane < LPK) {
 #pragma unroll
     for (int qi = 0; qi < G; ++qi)
@@ -264,6 +278,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         s_red[(warp * G + qi) * D + sub * VEC + e] = acc[qi][e];
   }
   __syncthreads();
+  float* ml = p.part_ml + (static_cast<int64_t>(rh) * p.splits + split) * g * 2;
+  float* acc_out = p.part_acc + (static_cast<int64_t>(rh) * p.splits + split) * g * D;
   for (int t = threadIdx.x; t < g * D; t += kThreads) {
     const int qi = t / D, dd = t % D;
     float sum = 0.f;
@@ -342,7 +358,11 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(Params p) {
 template <typename T, int D, int G>
 void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   constexpr int C = chunk_slots<T, D>();
-  p.splits = static_cast<int>((p.slots + C - 1) / C);
+  // About four blocks per SM over all rows and heads, at most one per tile.
+  const int64_t tiles = (p.slots + C - 1) / C;
+  const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
+  const int64_t want = (4 * sms + rows * p.hkv - 1) / (rows * p.hkv);
+  p.splits = static_cast<int>(std::max<int64_t>(1, std::min(tiles, want)));
   // Freed at return: the caching allocator hands the blocks out again only to work queued after
   // these kernels on this stream (in a capture, the graph's pool keeps them).
   at::Tensor part_acc = at::empty({rows * p.hkv, p.splits, p.g, D}, f32);
