@@ -96,17 +96,16 @@ __device__ inline void async_wait() {
 template <typename T, int D, int G>
 constexpr size_t partial_smem_bytes() {
   constexpr int C = chunk_slots<T, D>();
-  return 4 * kTileBytes + (G * C + 3 * G) * sizeof(float) + 2 * C;
+  return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + C;
 }
 
 // One block per (split, row · KV head); split s takes tiles s, s + splits, s + 2·splits, ... of
 // the row's slots up to its newest (interleaved: the capacity past them costs no block its
-// share). Tiles of keys and values are copied into shared memory asynchronously (cp.async) and
-// double-buffered: the next tile is in flight while this one is computed, so the copy engine of
-// every SM always has bytes to move; the scores wait for the keys only. A key row of d values is
-// read by LPK lanes, 16 bytes each; a warp takes KPW keys at a time. The block keeps an online
-// softmax over its tiles (running max and sum per query, the weighted values rescaled when the
-// max grows), as flash-decoding does.
+// share). A tile's keys and values are copied into shared memory asynchronously (cp.async:
+// every byte in flight at once, none held in registers); the scores wait for the keys only, the
+// values arrive meanwhile. A key row of d values is read by LPK lanes, 16 bytes each; a warp
+// takes KPW keys at a time. The block keeps an online softmax over its tiles (running max and
+// sum per query, the weighted values rescaled when the max grows), as flash-decoding does.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
@@ -115,68 +114,27 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int GROUPS = kWarps * KPW;
   constexpr int C = chunk_slots<T, D>();
   constexpr int PIECES = D / VEC;  // 16-byte pieces per slot
-  static_assert(C <= kThreads, "one thread per slot reads the tile's flags");
-  static_assert(kWarps * G * D * sizeof(float) <= 4 * kTileBytes, "s_red fits over the tiles");
+  static_assert(kWarps * G * D * sizeof(float) <= 2 * kTileBytes, "s_red fits over the tiles");
   extern __shared__ __align__(16) unsigned char smem[];
-  // Stage b: keys at smem + 2b·tile, values at smem + (2b + 1)·tile.
-  float* s_p = reinterpret_cast<float*>(smem + 4 * kTileBytes);  // [G][C]
+  T* k_tile = reinterpret_cast<T*>(smem);
+  T* v_tile = reinterpret_cast<T*>(smem + kTileBytes);
+  float* s_p = reinterpret_cast<float*>(smem + 2 * kTileBytes);  // [G][C]
   float* s_m = s_p + G * C;                                      // running max per query
   float* s_l = s_m + G;                                          // running sum
   float* s_scale = s_l + G;                                      // this tile's rescale
-  bool* s_seen = reinterpret_cast<bool*>(s_scale + G);           // [2][C]
+  bool* s_seen = reinterpret_cast<bool*>(s_scale + G);           // [C]
   float* s_red = reinterpret_cast<float*>(smem);  // [kWarps][G][D], over the read tiles
 
   const int split = blockIdx.x, rh = blockIdx.y;
   const int row = rh / p.hkv, head = rh % p.hkv, g = p.g;
   const int64_t newest = p.last_slots[row];
   const int64_t end = newest + 1 < p.slots ? newest + 1 : p.slots;
-  const int64_t stride = static_cast<int64_t>(p.splits) * C;
   const int64_t pos = p.positions[row];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % LPK, kg = warp * KPW + lane / LPK;
-  const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head;
-  const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head;
-  const int64_t* kpos = p.key_positions ? p.key_positions + row * p.kp_row : nullptr;
-  const bool* kvalid =
-      p.key_valid ? p.key_valid + row * p.valid_row + head * p.valid_head : nullptr;
-  const auto tile_slots = [&](int64_t start) {
-    return end - start < C ? static_cast<int>(end - start) : C;
-  };
-  const auto issue_tile = [&](int64_t start, int stage) {
-    const int n = tile_slots(start);
-    T* k_tile = reinterpret_cast<T*>(smem + 2 * stage * kTileBytes);
-    T* v_tile = reinterpret_cast<T*>(smem + (2 * stage + 1) * kTileBytes);
-    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
-      copy16_async(k_tile + i * VEC, kbase + start * D + i * VEC);
-    async_commit();
-    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
-      copy16_async(v_tile + i * VEC, vbase + start * D + i * VEC);
-    async_commit();
-  };
-  // A slot's flag from its position and validity (read one tile ahead, into registers).
-  const auto seen_of = [&](int64_t kp, bool valid) {
-    return valid && kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
-  };
-  const auto read_flags = [&](int64_t start, int64_t& kp, bool& valid) {
-    kp = pos;
-    valid = true;
-    if (threadIdx.x < tile_slots(start)) {
-      if (kpos) kp = kpos[start + threadIdx.x];
-      if (kvalid) valid = kvalid[start + threadIdx.x];
-    }
-  };
-
   if (threadIdx.x < G) {
     s_m[threadIdx.x] = -INFINITY;
     s_l[threadIdx.x] = 0.f;
-  }
-  int64_t start = static_cast<int64_t>(split) * C;
-  if (start < end) {
-    issue_tile(start, 0);
-    int64_t kp;
-    bool valid;
-    read_flags(start, kp, valid);
-    if (threadIdx.x < C) s_seen[threadIdx.x] = seen_of(kp, valid);
   }
   float qr[G][VEC];
   const T* qp =
@@ -200,23 +158,31 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       acc[qi][e] = 0.f;
+  __syncthreads();
 
-  for (int stage = 0; start < end; start += stride, stage ^= 1) {
-    const int n = tile_slots(start);
-    const T* k_tile = reinterpret_cast<const T*>(smem + 2 * stage * kTileBytes);
-    const T* v_tile = reinterpret_cast<const T*>(smem + (2 * stage + 1) * kTileBytes);
-    const bool* seen = s_seen + stage * C;
-    const int64_t next = start + stride;
-    const bool has_next = next < end;
-    int64_t next_kp = 0;
-    bool next_valid = false;
-    if (has_next) {
-      read_flags(next, next_kp, next_valid);  // used after this tile: its latency is hidden
-      issue_tile(next, stage ^ 1);
-      async_wait<3>();  // this tile's keys (its values and the next tile may be in flight)
-    } else {
-      async_wait<1>();
+  for (int64_t start = static_cast<int64_t>(split) * C; start < end;
+       start += static_cast<int64_t>(p.splits) * C) {
+    const int n = end - start < C ? static_cast<int>(end - start) : C;
+    const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head + start * D;
+    const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head + start * D;
+    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
+      copy16_async(k_tile + i * VEC, kbase + i * VEC);
+    async_commit();
+    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
+      copy16_async(v_tile + i * VEC, vbase + i * VEC);
+    async_commit();
+    // While the tile arrives: which of its slots this head sees.
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      bool seen = true;
+      if (p.key_positions) {
+        const int64_t kp = p.key_positions[row * p.kp_row + start + j];
+        seen = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
+      }
+      if (p.key_valid)
+        seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
+      s_seen[j] = seen;
     }
+    async_wait<1>();  // the keys
     __syncthreads();
 
     for (int j0 = 0; j0 < n; j0 += GROUPS) {  // the bound is the same in every lane
@@ -239,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 #pragma unroll
         for (int off = LPK / 2; off > 0; off /= 2)
           s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (sub == 0 && j < n) s_p[qi * C + j] = seen[j] ? s : -INFINITY;
+        if (sub == 0 && j < n) s_p[qi * C + j] = s_seen[j] ? s : -INFINITY;
       }
     }
     __syncthreads();
@@ -269,11 +235,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         s_m[qi] = m_new;
       }
     }
-    if (has_next) {
-      async_wait<2>();  // this tile's values
-    } else {
-      async_wait<0>();
-    }
+    async_wait<0>();  // the values
     __syncthreads();
 
 #pragma unroll
@@ -297,9 +259,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
           acc[qi][e] = fmaf(w, vv[e], acc[qi][e]);
       }
     }
-    if (has_next && threadIdx.x < C)
-      s_seen[(stage ^ 1) * C + threadIdx.x] = seen_of(next_kp, next_valid);
-    __syncthreads();  // the next tile's scores overwrite s_p; the one after reuses this stage
+    __syncthreads();  // the next tile overwrites the tiles and the scores
   }
 
   // Lanes holding the same slice of d differ by multiples of LPK: sum them, then over warps.
@@ -399,21 +359,9 @@ template <typename T, int D, int G>
 void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   constexpr int C = chunk_slots<T, D>();
   // About four blocks per SM over all rows and heads, at most one per tile.
-  constexpr size_t smem = partial_smem_bytes<T, D, G>();
-  // Shared memory past 48 KiB is opted into once per kernel; as many blocks as fit on every SM
-  // at once, over all rows and heads (one wave), at most one per tile.
-  static const int blocks_per_sm = [] {
-    C10_CUDA_CHECK(cudaFuncSetAttribute(decode_partial_kernel<T, D, G>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-    int blocks = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, decode_partial_kernel<T, D, G>, kThreads, smem));
-    return std::max(1, blocks);
-  }();
   const int64_t tiles = (p.slots + C - 1) / C;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t want = (blocks_per_sm * sms + rows * p.hkv - 1) / (rows * p.hkv);
+  const int64_t want = (4 * sms + rows * p.hkv - 1) / (rows * p.hkv);
   p.splits = static_cast<int>(std::max<int64_t>(1, std::min(tiles, want)));
   // Freed at return: the caching allocator hands the blocks out again only to work queued after
   // these kernels on this stream (in a capture, the graph's pool keeps them).
@@ -422,8 +370,8 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  decode_partial_kernel<T, D, G>
-      <<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads, smem, stream>>>(p);
+  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads,
+                                   partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   decode_combine_kernel<T, D>
       <<<static_cast<unsigned>(rows * p.hkv * p.g), kThreads, 0, stream>>>(p);
