@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   if (threadIdx.x < G) {
     s_m[threadIdx.x] = -INFINITY;
     s_l[threadIdx.x] = 0.f;
+    s_scale[threadIdx.x] = 0.f;
   }
   float qr[G][VEC];
   const T* qp =
@@ -185,27 +186,44 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     async_wait<1>();  // the keys
     __syncthreads();
 
-    for (int j0 = 0; j0 < n; j0 += GROUPS) {  // the bound is the same in every lane
-      const int j = j0 + kg;
-      float kv[VEC];
-      if (j < n) {
-        load_vec(k_tile + j * D + sub * VEC, kv);
-      } else {
+    // Two keys per lane and pass, all G queries at once (rows past g hold zero queries and are
+    // never read): 2·G independent dot products and shuffle chains, no branch between them.
+    for (int j0 = 0; j0 < n; j0 += 2 * GROUPS) {  // the bound is the same in every lane
+      const int ja = j0 + kg, jb = ja + GROUPS;
+      float ka[VEC], kb[VEC];
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          kv[e] = 0.f;
-      }
+      for (int e = 0; e < VEC; ++e)
+        ka[e] = kb[e] = 0.f;
+      if (ja < n) load_vec(k_tile + ja * D + sub * VEC, ka);
+      if (jb < n) load_vec(k_tile + jb * D + sub * VEC, kb);
+      float sa[G], sb[G];
 #pragma unroll
       for (int qi = 0; qi < G; ++qi) {
-        if (qi >= g) break;  // g is the same in every lane: the shuffles stay converged
-        float s = 0.f;
+        float a0 = 0.f, a1 = 0.f, b0 = 0.f, b1 = 0.f;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e)
-          s = fmaf(qr[qi][e], kv[e], s);
+        for (int e = 0; e < VEC; e += 2) {
+          a0 = fmaf(qr[qi][e], ka[e], a0);
+          a1 = fmaf(qr[qi][e + 1], ka[e + 1], a1);
+          b0 = fmaf(qr[qi][e], kb[e], b0);
+          b1 = fmaf(qr[qi][e + 1], kb[e + 1], b1);
+        }
+        sa[qi] = a0 + a1;
+        sb[qi] = b0 + b1;
+      }
 #pragma unroll
-        for (int off = LPK / 2; off > 0; off /= 2)
-          s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (sub == 0 && j < n) s_p[qi * C + j] = s_seen[j] ? s : -INFINITY;
+      for (int off = LPK / 2; off > 0; off /= 2) {
+#pragma unroll
+        for (int qi = 0; qi < G; ++qi) {
+          sa[qi] += __shfl_xor_sync(0xffffffffu, sa[qi], off);
+          sb[qi] += __shfl_xor_sync(0xffffffffu, sb[qi], off);
+        }
+      }
+      if (sub == 0) {
+#pragma unroll
+        for (int qi = 0; qi < G; ++qi) {
+          if (ja < n) s_p[qi * C + ja] = s_seen[ja] ? sa[qi] : -INFINITY;
+          if (jb < n) s_p[qi * C + jb] = s_seen[jb] ? sb[qi] : -INFINITY;
+        }
       }
     }
     __syncthreads();
@@ -240,24 +258,25 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 
 #pragma unroll
     for (int qi = 0; qi < G; ++qi) {
-      if (qi >= g) break;
       const float rescale = s_scale[qi];
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         acc[qi][e] *= rescale;
     }
+    // An unseen slot adds nothing, whatever it holds: skipped whole (the flag is per KV head,
+    // the same for every query of the group).
     for (int j = kg; j < n; j += GROUPS) {
-      float vv[VEC];
+      if (!s_seen[j]) continue;
+      float vv[VEC], w[G];
       load_vec(v_tile + j * D + sub * VEC, vv);
 #pragma unroll
-      for (int qi = 0; qi < G; ++qi) {
-        if (qi >= g) break;
-        const float w = s_p[qi * C + j];
-        if (w == 0.f) continue;  // an unseen slot adds nothing, whatever it holds
+      for (int qi = 0; qi < G; ++qi)
+        w[qi] = s_p[qi * C + j];
+#pragma unroll
+      for (int qi = 0; qi < G; ++qi)
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
-          acc[qi][e] = fmaf(w, vv[e], acc[qi][e]);
-      }
+          acc[qi][e] = fmaf(w[qi], vv[e], acc[qi][e]);
     }
     __syncthreads();  // the next tile overwrites the tiles and the scores
   }
