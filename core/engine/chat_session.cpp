@@ -59,8 +59,9 @@ void ChatSession::set_history(std::vector<ChatMessage> messages) {
 
 void ChatSession::keep_for_store(bool keep) {
   // Episodic caches take turns in the working set, so no single stream of KV runs describes
-  // them: once clustered the store keeps the episodes and rebuilds the routed cache from the
-  // text. Before (the conversation fits the budget) the one cache is stored as for any policy.
+  // them: once clustered the store keeps the episodes and each episode's cache as units of the
+  // pool (episode_kv_store.h). Before (the conversation fits the budget) the one cache is stored
+  // as for any policy.
   ws_->set_capture(keep && !(router_ && router_->clustered()));
 }
 
