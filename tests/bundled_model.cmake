@@ -13,3 +13,8 @@ add_dependencies(test_long_chat engram-cli)
 engram_add_test(test_chat_episodes SOURCES test_chat_episodes.cpp LIBS engram_env engram_storage
                 TORCH TIMEOUT 900)
 set_target_properties(test_chat_episodes_obj PROPERTIES AUTOMOC ON)
+# EpiCache's episode caches in the conversation store (issue 15): restore, append-only saves,
+# a damaged blob, another model.
+engram_add_test(test_episode_kv_store SOURCES test_episode_kv_store.cpp LIBS engram_env
+                engram_storage TORCH TIMEOUT 900)
+set_target_properties(test_episode_kv_store_obj PROPERTIES AUTOMOC ON)

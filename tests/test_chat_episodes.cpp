@@ -4,7 +4,7 @@
 // then ChatSession with the bundled engram-tiny on the CPU: under the budget `epicache` answers
 // exactly as `full`; over it every turn is routed to an episode whose stream is a prefix of the
 // conversation, an episode routed to again resumes its own cache (write-back), and the episodes
-// survive the store and route the next turn as before.
+// and their caches survive the store and answer the next turn as before.
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -350,7 +350,11 @@ class ChatEpisodesTest : public QObject {
     const auto r = store.restore("c", restored);
     QVERIFY(r.has_value());
     QVERIFY(r->episodes_restored);
-    QCOMPARE(r->rebuild_cause, KvRebuildCause::kEpisodic);
+    // Every episode's cache came back (tests/test_episode_kv_store.cpp has the details).
+    QVERIFY2(r->kv_restored, r->rebuild_reason.c_str());
+    QCOMPARE(r->rebuild_cause, KvRebuildCause::kNone);
+    QCOMPARE(r->episode_caches_restored,
+             static_cast<int64_t>(session.episode_kv_pool()->episodes().size()));
     const auto& a = session.episodes()->episodes();
     const auto& b = restored.episodes()->episodes();
     QCOMPARE(b.size(), a.size());
@@ -361,12 +365,13 @@ class ChatEpisodesTest : public QObject {
       QCOMPARE(b[e].created, a[e].created);
     }
     QCOMPARE(restored.episodes()->window_embeddings(), session.episodes()->window_embeddings());
-    // The next turn goes where it would have gone without the restart; the restored episode's
-    // cache is rebuilt from the text.
+    // The next turn goes where it would have gone without the restart, to the stored cache.
     const ChatReply before = session.reply(turns.back(), greedy(8), {});
     const ChatReply after = restored.reply(turns.back(), greedy(8), {});
     QCOMPARE(after.route.episode, before.route.episode);
-    QCOMPARE(after.reused_tokens, int64_t{0});
+    QCOMPARE(after.reused_tokens, before.reused_tokens);
+    QCOMPARE(after.generation.tokens, before.generation.tokens);
+    QCOMPARE(restored.episode_builds(), int64_t{0});
     QVERIFY(is_prefix(last_prompt(*model_, restored), restored.cached_ids()));
   }
 

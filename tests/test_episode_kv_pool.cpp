@@ -3,7 +3,8 @@
 // holds, ragged per-head lists included); a write-back after appends writes only the new tokens,
 // one after a plan rewrites the whole set; with room for one episode in the pinned tier the
 // least recently used episode spills to the disk tier and comes back unchanged; a copy is its
-// source.
+// source; a checkpoint (a store's save) appends after what is stored and adopted units give the
+// working set back.
 #include <QtTest>
 
 #include "core/engine/episode_kv_pool.h"
@@ -137,6 +138,52 @@ class EpisodeKvPoolTest : public QObject {
     QCOMPARE(episodes.written_tokens() - cut, ragged->tokens());  // one unit held all of it
     QVERIFY(!episodes.load(7, *ragged));
     QCOMPARE(ragged->tokens(), int64_t{0});
+  }
+
+  // A checkpoint (what a store's save does to the active episode) writes the working set back and
+  // keeps it counted as loaded: a second one writes nothing, appends after it add one unit and
+  // leave the stored one (and its persisted tag) alone, a plan rewrites the set and the tags die
+  // with their units; adopting units gives the same working set back, tagged.
+  void checkpointAppendsAfterWhatIsStored() {
+    EpisodeKvPool episodes = pool(2);
+    auto ws = working_set();
+    feed(*ws, 50, 7);
+    episodes.checkpoint(0, *ws);
+    QCOMPARE(ws->unchanged_slots(), int64_t{50});
+    const std::vector<int64_t> first = episodes.episode_units(0);
+    QCOMPARE(first.size(), size_t{1});
+    episodes.set_persisted(first[0], 42);
+    episodes.checkpoint(0, *ws);
+    QCOMPARE(episodes.written_tokens(), int64_t{50});
+    feed(*ws, 20, 8);
+    episodes.checkpoint(0, *ws);
+    QCOMPARE(episodes.written_tokens(), int64_t{70});
+    const std::vector<int64_t> two = episodes.episode_units(0);
+    QCOMPARE(two.size(), size_t{2});
+    QCOMPARE(two[0], first[0]);
+    QCOMPARE(episodes.persisted(two[0]).value_or(0), uint64_t{42});
+    QVERIFY(!episodes.persisted(two[1]).has_value());
+    QCOMPARE(episodes.units().unit(two[1]).tokens, int64_t{20});
+
+    // Adopted as a store gives them back: the same working set, every unit tagged.
+    EpisodeKvPool other = pool(2);
+    std::vector<EpisodeKvUnit> units;
+    for (int64_t u : two)
+      units.push_back({episodes.units().read(u), episodes.units().unit(u).positions, 7});
+    other.adopt(3, units, episodes.episode_layout(0));
+    QCOMPARE(other.episodes(), std::vector<int32_t>{3});
+    for (int64_t u : other.episode_units(3))
+      QCOMPARE(other.persisted(u).value_or(0), uint64_t{7});
+    auto back = working_set();
+    QVERIFY(other.load(3, *back));
+    QVERIFY(same_set(*ws, *back));
+
+    const KeepPlan plan = ragged_plan(*ws, 30);
+    ws->apply(plan, model_.decoder->rope().inverse_frequencies());
+    episodes.checkpoint(0, *ws);
+    QCOMPARE(episodes.episode_units(0).size(), size_t{1});
+    QVERIFY(!episodes.persisted(episodes.episode_units(0)[0]).has_value());
+    QVERIFY(!episodes.persisted(first[0]).has_value());
   }
 
   void leastRecentlyUsedEpisodeSpillsToDiskAndComesBack() {

@@ -59,8 +59,9 @@ void ChatSession::set_history(std::vector<ChatMessage> messages) {
 
 void ChatSession::keep_for_store(bool keep) {
   // Episodic caches take turns in the working set, so no single stream of KV runs describes
-  // them: once clustered the store keeps the episodes and rebuilds the routed cache from the
-  // text. Before (the conversation fits the budget) the one cache is stored as for any policy.
+  // them: once clustered the store keeps the episodes and each episode's cache as units of the
+  // pool (episode_kv_store.h). Before (the conversation fits the budget) the one cache is stored
+  // as for any policy.
   ws_->set_capture(keep && !(router_ && router_->clustered()));
 }
 
@@ -190,6 +191,71 @@ EpisodeKvPool& ChatSession::episode_kv() {
         std::make_unique<EpisodeKvPool>(c.shape(), c.dtype(), c.device(), c.capacity(), options);
   }
   return *episode_kv_;
+}
+
+EpisodeKvPool* ChatSession::checkpoint_episode_kv() {
+  if (!router_ || !router_->clustered()) return nullptr;
+  if (active_episode_ >= 0) {
+    if (cached_ids_.empty()) {
+      if (episode_kv_) episode_kv_->drop(active_episode_);
+    } else {
+      episode_kv().checkpoint(active_episode_, *ws_);
+    }
+  }
+  return episode_kv_ && !episode_kv_->episodes().empty() ? episode_kv_.get() : nullptr;
+}
+
+const std::vector<int64_t>& ChatSession::episode_ids(int32_t episode) const {
+  if (episode == active_episode_) return cached_ids_;
+  return episode_caches_.at(static_cast<size_t>(episode)).ids;
+}
+
+const std::vector<at::Tensor>& ChatSession::episode_scores(int32_t episode) const {
+  const MemoryPolicy& p = episode == active_episode_
+                              ? *policy_
+                              : *episode_caches_.at(static_cast<size_t>(episode)).policy;
+  return static_cast<const EpiCachePolicy&>(p).scores();
+}
+
+std::vector<std::string> ChatSession::adopt_episode_kv(std::vector<RestoredEpisodeKv> restored) {
+  if (!router_ || !router_->clustered())
+    throw std::logic_error("ChatSession::adopt_episode_kv: no episodes to adopt caches for");
+  const std::vector<ChatEpisode>& episodes = router_->episodes();
+  episode_caches_.clear();
+  if (episode_kv_) episode_kv_->clear();
+  active_episode_ = -1;
+  policy_ = base_policy_->clone();
+  ws_->clear();
+  cached_ids_.clear();
+  for (const ChatEpisode& e : episodes)
+    episode_caches_.push_back({episode_policy(e.patch_source), {}});
+  std::vector<std::string> refused;
+  for (RestoredEpisodeKv& r : restored) {
+    refused.emplace_back();
+    try {
+      if (r.episode < 0 || static_cast<size_t>(r.episode) >= episodes.size())
+        throw std::invalid_argument("the conversation has no episode " + std::to_string(r.episode));
+      if (r.layout.tokens > ws_->cache().capacity() ||
+          static_cast<int64_t>(r.ids.size()) != r.layout.stream_end) {
+        throw std::invalid_argument(std::to_string(r.layout.tokens) + " slots of " +
+                                    std::to_string(r.ids.size()) + " stream ids do not fit a " +
+                                    "working set of " + std::to_string(ws_->cache().capacity()) +
+                                    " slots");
+      }
+      episode_kv().adopt(r.episode, r.units, r.layout);
+    } catch (const std::exception& e) {  // invalid_argument, or the pool's runtime_error
+      refused.back() = e.what();
+      continue;
+    }
+    EpisodeCache& cache = episode_caches_[static_cast<size_t>(r.episode)];
+    cache.ids = std::move(r.ids);
+    for (at::Tensor& t : r.scores)
+      if (t.defined()) t = t.to(ws_->cache().device());
+    static_cast<EpiCachePolicy&>(*cache.policy).set_scores(std::move(r.scores));
+    router_->built(r.episode);
+    router_->fed(r.episode, r.fed_since_build);
+  }
+  return refused;
 }
 
 void ChatSession::switch_episode(int32_t episode) {
@@ -417,6 +483,7 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
                      reply.generation.tokens.begin() + std::max<int64_t>(0, fed));
   messages_.push_back({"assistant", reply.text});
   if (reply.route.episode >= 0) {
+    if (building || reply.rebuilt) ++episode_builds_;
     if (building || reply.rebuilt)
       router_->built(reply.route.episode);
     else

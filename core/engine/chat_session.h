@@ -17,6 +17,9 @@
 // patch and the budget, whatever was said since it was last used, then the turn (write-back).
 // A query below τ creates an episode (a copy of the routed cache with the turn as its patch);
 // an episode fed more than budget + block since its build re-clusters and is rebuilt.
+// The conversation store keeps every episode's cache (core/engine/episode_kv_store.h): a save
+// checkpoints the active episode into the pool, a restore adopts the stored episodes into it, so
+// a restored chat builds no episode that had a cache.
 #pragma once
 
 #include <atomic>
@@ -55,6 +58,16 @@ struct ChatReply {
   std::string memory_note;       // one line on what moved out of attention; empty when nothing
   EpisodeRoute route;            // epicache: where the turn went (episode -1: no episodes yet)
   int64_t episodes = 0;          // epicache: episodes after the turn
+};
+
+// An episode's cache as a store gives it back (core/engine/episode_kv_store.h).
+struct RestoredEpisodeKv {
+  int32_t episode = -1;
+  std::vector<EpisodeKvUnit> units;  // in slot order
+  WorkingSetLayout layout;
+  std::vector<int64_t> ids;        // the episode's stream
+  std::vector<at::Tensor> scores;  // its policy's Eq. 3 scores per layer (EpiCachePolicy)
+  int64_t fed_since_build = 0;     // the router's count for the episode
 };
 
 class ChatSession {
@@ -96,6 +109,20 @@ class ChatSession {
   // pinned_episodes 0: as many as the episodes of the first clustering).
   const EpisodeKvPool* episode_kv_pool() const { return episode_kv_.get(); }
   void set_episode_kv_options(EpisodeKvPoolOptions options) { episode_kv_options_ = options; }
+  // Persistence of the episodes' caches (core/engine/episode_kv_store.h). checkpoint: writes the
+  // active episode's working set into the pool as a switch would (append-only), so that every
+  // episode's KV is units of the pool; returns the pool, null when no episode has KV.
+  EpisodeKvPool* checkpoint_episode_kv();
+  // Episode e's stream ids and its policy's scores (the active episode's are the session's own).
+  const std::vector<int64_t>& episode_ids(int32_t episode) const;
+  const std::vector<at::Tensor>& episode_scores(int32_t episode) const;
+  // After the router was restored: every episode starts unbuilt, as after a clustering, and the
+  // given ones wait in the pool with their caches (a turn routed there builds nothing). Returns,
+  // per given episode, why it was refused (it is then rebuilt when routed to); empty when adopted.
+  std::vector<std::string> adopt_episode_kv(std::vector<RestoredEpisodeKv> episodes);
+  // Turns that built or rebuilt their episode's cache from the text (a block prefill of the
+  // history) since the session began.
+  int64_t episode_builds() const { return episode_builds_; }
   // The episodes panel's view of a routed turn (core/policies/episode_trace.h): windows, episodes
   // with their cache sizes, the query; std::nullopt when the turn was not routed.
   std::optional<EpisodeTraceStep> episode_trace_step(const ChatReply& reply) const;
@@ -158,6 +185,7 @@ class ChatSession {
   std::unique_ptr<EpisodeKvPool> episode_kv_;  // waiting episodes' KV (pinned pool, disk)
   EpisodeKvPoolOptions episode_kv_options_{.pinned_episodes = 0};
   int32_t active_episode_ = -1;
+  int64_t episode_builds_ = 0;
 };
 
 }  // namespace engram

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "core/engine/episode_kv_store.h"
 #include "core/engine/episode_store.h"
 #include "core/log.h"
 #include "gpu/device_info.h"
@@ -24,20 +25,6 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
-
-// The store's dtype names (storage/records.h); empty for dtypes it does not know.
-std::string store_dtype(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "fp32";
-    case at::kBFloat16:
-      return "bf16";
-    case at::kHalf:
-      return "fp16";
-    default:
-      return {};
-  }
 }
 
 storage::KvBlobKey blob_key(int64_t conversation_id, const char* kind, int64_t layers) {
@@ -72,7 +59,7 @@ std::string layout_problem(const storage::KvBlobRecord& kv, const storage::KvBlo
   const std::vector<int64_t> want{2, shape.layers, shape.kv_heads, tokens, shape.head_dim};
   if (ids.layout.dtype != "uint8" || ids.layout.shape.size() != 2 || ids.layout.shape[1] != 8)
     return "the token id blob has layout " + ids.layout.dtype + " " + shape_text(ids.layout.shape);
-  if (kv.layout.dtype != store_dtype(dtype)) {
+  if (kv.layout.dtype != kv_store_dtype(dtype)) {
     return "the stored KV is " + kv.layout.dtype + ", the model runs " + c10::toString(dtype) +
            " (converting would not match a recompute)";
   }
@@ -132,7 +119,7 @@ int64_t save_runs(storage::KvBlobStore& blobs, int64_t id, ChatSession& session)
   const KvCache& cache = ws.cache();
   const auto layers = static_cast<int32_t>(cache.shape().layers);
   const std::string fingerprint = session.model().fingerprint;
-  const std::string dtype = store_dtype(cache.dtype());
+  const std::string dtype = kv_store_dtype(cache.dtype());
   const auto drop_all = [&] {
     for (const char* kind : {kRunKind, kRunIdsKind, kManifestKind, kKvKind, kIdsKind})
       for (const auto& r : list_kind(blobs, id, kind))
@@ -235,7 +222,7 @@ int64_t restore_runs(storage::KvBlobStore& blobs, int64_t id, const storage::KvB
     if (r.key.unit.id != static_cast<int64_t>(stream.size()))
       throw std::invalid_argument("the stored runs leave a gap at token " +
                                   std::to_string(stream.size()));
-    if (r.layout.dtype != store_dtype(dtype) || r.layout.shape.size() != 5 ||
+    if (r.layout.dtype != kv_store_dtype(dtype) || r.layout.shape.size() != 5 ||
         r.layout.shape[1] != shape.layers || r.layout.shape[2] != shape.kv_heads ||
         r.layout.shape[4] != shape.head_dim) {
       throw std::invalid_argument(blobs.path_of(r).string() + ": the stored KV is " +
@@ -350,15 +337,18 @@ int64_t ConversationStore::save(const std::string& name, ChatSession& session) {
   }
 
   // KV: append-only runs (only what the store lacks), then the working set's manifest. EpiCache's
-  // episodes are stored instead (their caches are rebuilt from the text, episode_store.h).
+  // episodes are stored instead (episode_store.h), each with its cache (episode_kv_store.h).
   session.keep_for_store(true);
   int64_t stored_end = -1;
+  last_episode_save_ = {};
   if (const EpisodeRouter* episodes = session.episodes(); episodes && episodes->clustered()) {
     for (const char* kind : {kRunKind, kRunIdsKind, kManifestKind, kKvKind, kIdsKind})
       for (const auto& r : list_kind(blobs, id, kind))
         blobs.remove(r.key);
     save_episodes(db_, id, *episodes, model.fingerprint);
+    last_episode_save_ = save_episode_kv(blobs, id, session);
   } else {
+    last_episode_save_.blobs_removed = remove_episode_kv(blobs, id);
     stored_end = save_runs(blobs, id, session);
   }
   conversations.set_memory_policy(id, session.policy().spec(), session.policy_choice().kv_budget);
@@ -389,6 +379,36 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
   const at::ScalarType dtype = session.cache().dtype();
   const at::Device device = session.cache().device();
   storage::KvBlobStore blobs(db_);
+  if (out.episodes_restored) {
+    // EpiCache: each episode's cache, or the reason it is rebuilt when a turn is routed to it.
+    const EpisodeKvRestore k = restore_episode_kv(blobs, conversation->id, session);
+    const auto episodes = static_cast<int64_t>(session.episodes()->episodes().size());
+    // Saved before episode caches were stored: every episode is rebuilt when routed to. Else only
+    // those whose stored cache could not be used (an episode no turn had built yet is built when
+    // first routed to, as it would have been without the restart).
+    const bool none_stored = k.stored == 0;
+    out.episode_caches_restored = k.restored;
+    out.episode_caches_rebuilt = none_stored ? episodes : static_cast<int64_t>(k.problems.size());
+    out.episode_rebuild_reasons = k.problems;
+    out.cached_tokens = k.tokens;
+    out.kv_bytes_read = k.bytes_read;
+    out.open_ms = ms_since(t_open) - k.install_ms;
+    out.install_ms = k.install_ms;
+    out.kv_restored = out.episode_caches_rebuilt == 0;
+    if (!out.kv_restored) {
+      out.rebuild_cause = none_stored ? KvRebuildCause::kEpisodic : k.cause;
+      std::string why;
+      for (const std::string& p : k.problems)
+        why += "; " + p;
+      out.rebuild_reason = std::to_string(k.restored) + " of " + std::to_string(episodes) +
+                           " EpiCache episode caches restored" +
+                           (none_stored ? "; none was stored" : why) +
+                           "; the others are rebuilt from the text when a turn is first routed "
+                           "to them";
+      log::info("conversation '" + name + "': " + out.rebuild_reason);
+    }
+    return out;
+  }
   try {
     const auto manifest =
         blobs.find({{conversation->id, kManifestKind, 0}, 0, static_cast<int32_t>(shape.layers)});
@@ -458,11 +478,19 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
     out.rebuild_cause = KvRebuildCause::kLayout;
   }
   if (out.open_ms == 0) out.open_ms = ms_since(t_open);
-  if (!out.kv_restored && out.episodes_restored) {
-    out.rebuild_cause = KvRebuildCause::kEpisodic;
-    out.rebuild_reason = std::to_string(session.episodes()->episodes().size()) +
-                         " EpiCache episodes restored; a turn's episode cache is rebuilt from the "
-                         "text when it is first routed to";
+  if (!out.kv_restored && out.rebuild_cause == KvRebuildCause::kNotStored) {
+    // Episode caches the episodes could not come back for (another model's window vectors).
+    const std::string stored = episode_kv_fingerprint(blobs, conversation->id);
+    if (!stored.empty() && stored != model.fingerprint) {
+      out.rebuild_cause = KvRebuildCause::kOtherModel;
+      out.rebuild_reason =
+          "the stored EpiCache episodes and their caches belong to another model (" + stored +
+          ", loaded " + model.fingerprint + ")";
+    } else if (!stored.empty()) {
+      out.rebuild_reason =
+          "the stored EpiCache episodes could not be restored; their caches are "
+          "not used";
+    }
   }
   if (!out.kv_restored) {
     log::info("conversation '" + name + "': " + out.rebuild_reason + "; rebuilding from text");

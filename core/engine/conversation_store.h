@@ -22,11 +22,18 @@
 // hold a slot (a streaming conversation reads its sinks' run and the recent ones). Otherwise
 // (another model: BlobStale, a damaged file: BlobCorrupt, missing or mismatched blobs) it keeps
 // the text and rebuilds the working set by prefilling the history, and says why.
+//
+// Under EpiCache, once the conversation is clustered, its episodes are stored instead
+// (core/engine/episode_store.h: windows, centroids, members, medoids) and every episode's KV
+// cache beside them (core/engine/episode_kv_store.h: the units of the session's episode pool,
+// append-only, and a small state per episode); a restore puts back each episode whose cache fits
+// and rebuilds the others from the text when a turn is first routed to them.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/engine/chat_session.h"
 #include "storage/database.h"
@@ -40,7 +47,8 @@ enum class KvRebuildCause : uint8_t {
   kOtherModel,  // BlobStale: made by another model
   kDamaged,     // BlobCorrupt: missing, truncated or failing its checksum
   kLayout,      // dtype or shape differ from the session's cache
-  kEpisodic,    // EpiCache: episodes are stored, their caches are rebuilt when routed to
+  kEpisodic,    // EpiCache: episodes restored without stored caches (saved before caches were
+                // stored): each is rebuilt when a turn is first routed to it
 };
 
 struct ConversationRestore {
@@ -55,7 +63,16 @@ struct ConversationRestore {
   double open_ms = 0;         // reading rows and the blob files (checksums included)
   double install_ms = 0;      // staging buffer -> the session's KvCache
   double rebuild_ms = 0;
-  bool episodes_restored = false;  // epicache: the episodes came back (their caches are rebuilt)
+  bool episodes_restored = false;  // epicache: the episodes (router) came back
+  // epicache: episodes whose KV cache came back from the store, and those whose stored cache
+  // could not be used (damaged, another model or layout; every episode when the conversation was
+  // saved before caches were stored: kEpisodic), rebuilt from the text when a turn is first
+  // routed to them, one reason each ("episode 2: ..."). An episode no turn had built when it was
+  // saved is built when first routed to, as without the restart. kv_restored: none is rebuilt;
+  // cached_tokens and kv_bytes_read count every restored episode's working set.
+  int64_t episode_caches_restored = 0;
+  int64_t episode_caches_rebuilt = 0;
+  std::vector<std::string> episode_rebuild_reasons;
 };
 
 // A conversation's stored KV as the blob index describes it; no file is read, so a UI can show
@@ -70,6 +87,17 @@ struct StoredSessionKv {
   std::string dtype;
   std::string model_fingerprint;
   std::string kv_file;  // the newest KV run's file name in the profile's kv/ directory
+};
+
+// What one save wrote of EpiCache's episode caches (core/engine/episode_kv_store.h).
+struct EpisodeKvSave {
+  int64_t episodes = 0;       // episodes with a cache
+  int64_t units_written = 0;  // episode_kv blobs written
+  int64_t units_kept = 0;     // already stored: not written again
+  int64_t kv_bytes_written = 0;
+  int64_t states_written = 0;  // episode_kv_state blobs written (the others were unchanged)
+  int64_t state_bytes_written = 0;
+  int64_t blobs_removed = 0;  // units and states of replanned, rebuilt or dropped episodes
 };
 
 class ConversationStore {
@@ -94,8 +122,12 @@ class ConversationStore {
   // The index entries of the session blobs of conversation `id`; std::nullopt when it has none.
   std::optional<StoredSessionKv> stored_kv(int64_t conversation_id);
 
+  // What the last save() wrote of EpiCache's episode caches (all zero for other policies).
+  const EpisodeKvSave& last_episode_save() const { return last_episode_save_; }
+
  private:
   storage::Database& db_;
+  EpisodeKvSave last_episode_save_;
 };
 
 }  // namespace engram

@@ -39,9 +39,14 @@ int64_t EpisodeKvPool::unit_tokens(const Stored& s) const {
   return n;
 }
 
+void EpisodeKvPool::remove_unit(int64_t id) {
+  units_.remove(id);
+  persisted_.erase(id);
+}
+
 void EpisodeKvPool::remove_units(Stored& s) {
   for (int64_t id : s.units)
-    units_.remove(id);
+    remove_unit(id);
   s.units.clear();
   s.live = false;
 }
@@ -92,7 +97,7 @@ void EpisodeKvPool::write_back(int32_t episode, const KvWorkingSet& ws) {
       kept += units_.unit(s.units[keep++]).tokens;
   }
   for (size_t i = keep; i < s.units.size(); ++i)
-    units_.remove(s.units[i]);
+    remove_unit(s.units[i]);
   s.units.resize(keep);
   if (kept < n) {
     // Spilled units of this episode come back first: a working set is loaded from the pinned
@@ -164,6 +169,71 @@ void EpisodeKvPool::clear() {
   for (auto& [e, s] : episodes_)
     remove_units(s);
   episodes_.clear();
+}
+
+void EpisodeKvPool::checkpoint(int32_t episode, KvWorkingSet& ws) {
+  write_back(episode, ws);
+  if (ws.tokens() == 0) return;
+  for (auto& [e, s] : episodes_)
+    s.live = false;
+  episodes_.at(episode).live = true;
+  ws.mark_unchanged();
+}
+
+void EpisodeKvPool::adopt(int32_t episode, const std::vector<EpisodeKvUnit>& units,
+                          const WorkingSetLayout& layout) {
+  int64_t tokens = 0;
+  for (const EpisodeKvUnit& u : units)
+    tokens += static_cast<int64_t>(u.positions.size());
+  if (tokens != layout.tokens || tokens == 0) {
+    throw std::invalid_argument("EpisodeKvPool::adopt: units of " + std::to_string(tokens) +
+                                " tokens for a layout of " + std::to_string(layout.tokens));
+  }
+  drop(episode);
+  Stored s;
+  try {
+    for (const EpisodeKvUnit& u : units) {
+      const bool room =
+          make_room(units_.pages_for(static_cast<int64_t>(u.positions.size())), episode);
+      s.units.push_back(
+          units_.add("episode", -1, u.kv, u.positions, room ? PageTier::kPinned : PageTier::kDisk));
+      persisted_[s.units.back()] = u.checksum;
+    }
+  } catch (...) {
+    remove_units(s);
+    throw;
+  }
+  s.layout = layout;
+  s.used = ++clock_;
+  episodes_[episode] = std::move(s);
+}
+
+const EpisodeKvPool::Stored& EpisodeKvPool::stored(int32_t episode) const {
+  auto it = episodes_.find(episode);
+  if (it == episodes_.end())
+    throw std::out_of_range("EpisodeKvPool: episode " + std::to_string(episode) + " has no KV");
+  return it->second;
+}
+
+std::vector<int32_t> EpisodeKvPool::episodes() const {
+  std::vector<int32_t> out;
+  for (const auto& [e, s] : episodes_)
+    if (!s.units.empty()) out.push_back(e);
+  return out;
+}
+
+const std::vector<int64_t>& EpisodeKvPool::episode_units(int32_t episode) const {
+  return stored(episode).units;
+}
+
+const WorkingSetLayout& EpisodeKvPool::episode_layout(int32_t episode) const {
+  return stored(episode).layout;
+}
+
+std::optional<uint64_t> EpisodeKvPool::persisted(int64_t unit) const {
+  auto it = persisted_.find(unit);
+  if (it == persisted_.end()) return std::nullopt;
+  return it->second;
 }
 
 bool EpisodeKvPool::has(int32_t episode) const {

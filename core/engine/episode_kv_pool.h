@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "core/kv/kv_unit_pool.h"
@@ -39,6 +40,14 @@ struct EpisodeKvPlace {
   PageTier tier = PageTier::kPinned;
 };
 
+// One unit of an episode as a store holds it: its KV and positions, and the checksum of the
+// blob it came from (the unit counts as stored under it).
+struct EpisodeKvUnit {
+  at::Tensor kv;  // [layers, 2, kv_heads, n, head_dim], the pool's dtype, any device
+  std::vector<int64_t> positions;
+  uint64_t checksum = 0;
+};
+
 class EpisodeKvPool {
  public:
   // Episodes of working sets of `capacity` slots of `shape`/`dtype` computed on `device`.
@@ -57,6 +66,24 @@ class EpisodeKvPool {
   void drop(int32_t episode);
   void clear();
 
+  // Persistence (core/engine/episode_kv_store.h). checkpoint() writes `ws` back as episode
+  // `episode` (appending like write_back()) and keeps it live: the working set then counts as
+  // loaded from those units (mark_unchanged), so a later write-back or save adds only what
+  // changes after it.
+  void checkpoint(int32_t episode, KvWorkingSet& ws);
+  // Episode `episode` becomes `units` (in slot order; their tokens add up to layout.tokens),
+  // each tagged as stored under its checksum. Units go to the pinned tier while it has room
+  // (least recently used episodes spill), else to the disk tier.
+  void adopt(int32_t episode, const std::vector<EpisodeKvUnit>& units,
+             const WorkingSetLayout& layout);
+  // The episodes holding KV, ascending; one's units in slot order and its layout.
+  std::vector<int32_t> episodes() const;
+  const std::vector<int64_t>& episode_units(int32_t episode) const;
+  const WorkingSetLayout& episode_layout(int32_t episode) const;
+  // The checksum a store wrote unit `unit` under; none once the unit is gone or never stored.
+  void set_persisted(int64_t unit, uint64_t checksum) { persisted_[unit] = checksum; }
+  std::optional<uint64_t> persisted(int64_t unit) const;
+
   bool has(int32_t episode) const;
   int64_t tokens(int32_t episode) const;  // 0 when nothing is stored
   std::vector<EpisodeKvPlace> places() const;
@@ -74,6 +101,8 @@ class EpisodeKvPool {
     bool live = false;  // the session's working set was loaded from these units
   };
   int64_t unit_tokens(const Stored& s) const;
+  const Stored& stored(int32_t episode) const;
+  void remove_unit(int64_t id);  // and its persisted tag
   void remove_units(Stored& s);
   // Frees `pages` pinned pages by moving least recently used episodes (never `keep`) to disk;
   // false when only `keep` is left to move. need_room throws then.
@@ -84,6 +113,7 @@ class EpisodeKvPool {
   KvUnitPool units_;
   EpisodeKvPoolOptions options_;
   std::map<int32_t, Stored> episodes_;
+  std::map<int64_t, uint64_t> persisted_;  // unit -> checksum of the blob a store wrote it to
   int64_t clock_ = 0;
   int64_t written_tokens_ = 0;
   int64_t spilled_tokens_ = 0;

@@ -6,8 +6,8 @@
 // (centroid, members, medoid segment). An episode created from a user's turn has no medoid
 // window: its patch source is a segment of kind "chat_query". Only what changed is written: a
 // window whose text is unchanged keeps its row and its vector, an unchanged episode its row.
-// The episodes' KV caches are not stored: a restored conversation rebuilds the routed episode's
-// cache from the text when a turn is routed to it.
+// The episodes' KV caches are stored beside these rows by core/engine/episode_kv_store.h (the
+// conversation store calls both in one transaction); a restore puts the router back first.
 #pragma once
 
 #include <cstdint>

@@ -93,6 +93,10 @@ class EpiCachePolicy : public MemoryPolicy {
   // Eq. 3 scores of one layer's last scoring, [kv_heads, scored slots] f32, on the device
   // attention ran on.
   const at::Tensor& layer_scores(int64_t layer) const { return scores_.at(layer); }
+  // Every layer's scores (an episode's state between requests: a shrink without a fresh patch
+  // ranks by them), for the conversation store; set_scores puts stored ones back.
+  const std::vector<at::Tensor>& scores() const { return scores_; }
+  void set_scores(std::vector<at::Tensor> scores) { scores_ = std::move(scores); }
 
   // Patch texts in the conversation world's format (the model's QA format: a question line and
   // "Answer:"), for the caller to tokenize. `window_text` is the medoid window's utterance lines.
