@@ -346,7 +346,7 @@ int64_t ConversationStore::save(const std::string& name, ChatSession& session) {
       for (const auto& r : list_kind(blobs, id, kind))
         blobs.remove(r.key);
     save_episodes(db_, id, *episodes, model.fingerprint);
-    last_episode_save_ = save_episode_kv(blobs, id, session);
+    last_episode_save_ = save_episode_kv(blobs, id, session, episode_rewrite_lag_);
   } else {
     last_episode_save_.blobs_removed = remove_episode_kv(blobs, id);
     stored_end = save_runs(blobs, id, session);

@@ -98,6 +98,10 @@ struct EpisodeKvSave {
   int64_t states_written = 0;  // episode_kv_state blobs written (the others were unchanged)
   int64_t state_bytes_written = 0;
   int64_t blobs_removed = 0;  // units and states of replanned, rebuilt or dropped episodes
+  // Replanned episodes whose stored version was kept (they lag by fewer tokens than the store's
+  // episode_rewrite_lag), and the stream tokens they lag by together.
+  int64_t episodes_deferred = 0;
+  int64_t tokens_behind = 0;
 };
 
 class ConversationStore {
@@ -124,10 +128,18 @@ class ConversationStore {
 
   // What the last save() wrote of EpiCache's episode caches (all zero for other policies).
   const EpisodeKvSave& last_episode_save() const { return last_episode_save_; }
+  // EpiCache replans the routed episode at nearly every turn (every kept key re-rotated), so
+  // writing it whole at every save would write the working set per reply (~0.94 GB on the 3B
+  // shape bf16 at M = 8,192). A save keeps an episode's stored version until the episode's
+  // stream has grown by this many tokens past it; a restore then catches up at most that many
+  // tokens of prefill. 0 writes every replanned episode at every save.
+  static constexpr int64_t kEpisodeRewriteLag = 2048;
+  void set_episode_rewrite_lag(int64_t tokens) { episode_rewrite_lag_ = tokens; }
 
  private:
   storage::Database& db_;
   EpisodeKvSave last_episode_save_;
+  int64_t episode_rewrite_lag_ = kEpisodeRewriteLag;
 };
 
 }  // namespace engram

@@ -4,6 +4,7 @@
 #include <bit>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <span>
@@ -210,6 +211,49 @@ DecodedState decode_state(std::span<const std::byte> bytes, const KvCacheShape& 
   return d;
 }
 
+// An episode's stored version that a restore could still use for the session's current episode:
+// its state decodes, its stream is a prefix of the episode's stream now, and every unit it names
+// is stored with its checksum, the session's dtype and shape, and a file of the row's size (a
+// truncated file is not kept; one damaged in place is refused by the restore and replaced once
+// the episode has grown by the lag). Its stream length and unit blob ids; std::nullopt otherwise.
+struct StoredVersion {
+  int64_t stream = 0;
+  std::vector<int64_t> unit_ids;
+};
+std::optional<StoredVersion> stored_version(storage::KvBlobStore& blobs, int64_t conversation_id,
+                                            int32_t episode, const KvCacheShape& shape,
+                                            const std::string& dtype, int64_t capacity,
+                                            const std::string& fingerprint,
+                                            const std::vector<int64_t>& ids) {
+  const auto layers = static_cast<int32_t>(shape.layers);
+  const storage::KvBlobKey state_key = key_of(conversation_id, kStateKind, episode, layers);
+  const auto row = blobs.find(state_key);
+  if (!row || row->model_fingerprint != fingerprint) return std::nullopt;
+  try {
+    const storage::KvBlobStore::Blob blob = blobs.get(state_key, fingerprint);
+    const DecodedState d = decode_state(blob.data, shape, capacity);
+    if (d.kv.ids.size() > ids.size() || !std::equal(d.kv.ids.begin(), d.kv.ids.end(), ids.begin()))
+      return std::nullopt;
+    StoredVersion v;
+    v.stream = static_cast<int64_t>(d.kv.ids.size());
+    for (const UnitEntry& u : d.units) {
+      const int64_t id = unit_blob_id(episode, u.first_slot);
+      const auto unit = blobs.find(key_of(conversation_id, kUnitKind, id, layers));
+      const std::vector<int64_t> want{shape.layers, 2, shape.kv_heads, u.tokens, shape.head_dim};
+      if (!unit || unit->checksum != u.checksum || unit->layout.dtype != dtype ||
+          unit->layout.shape != want)
+        return std::nullopt;
+      std::error_code error;
+      const auto size = std::filesystem::file_size(blobs.path_of(*unit), error);
+      if (error || static_cast<int64_t>(size) != unit->byte_size) return std::nullopt;
+      v.unit_ids.push_back(id);
+    }
+    return v;
+  } catch (const std::exception&) {  // damaged, another format: write the episode anew
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 std::string kv_store_dtype(at::ScalarType dtype) {
@@ -226,7 +270,7 @@ std::string kv_store_dtype(at::ScalarType dtype) {
 }
 
 EpisodeKvSave save_episode_kv(storage::KvBlobStore& blobs, int64_t conversation_id,
-                              ChatSession& session) {
+                              ChatSession& session, int64_t rewrite_lag_tokens) {
   EpisodeKvSave out;
   const KvCacheShape shape = session.cache().shape();
   const auto layers = static_cast<int32_t>(shape.layers);
@@ -238,6 +282,37 @@ EpisodeKvSave save_episode_kv(storage::KvBlobStore& blobs, int64_t conversation_
   for (int32_t e : pool ? pool->episodes() : std::vector<int32_t>{}) {
     if (static_cast<size_t>(e) >= router->episodes().size()) continue;
     const KvUnitPool& units = pool->units();
+    // Tokens of the units the store lacks: more than the episode grew by means a replan rewrote
+    // it (a shrink re-rotates every kept key). While it grew by less than the allowed lag since
+    // a stored version, that version stays: a restore catches the difference up as for an
+    // episode that missed turns, and a chat does not write the whole working set per reply.
+    if (rewrite_lag_tokens > 0) {
+      int64_t missing = 0, first = 0;
+      for (int64_t u : pool->episode_units(e)) {
+        const KvUnit& unit = units.unit(u);
+        const std::optional<uint64_t> tag = pool->persisted(u);
+        const auto row =
+            tag ? blobs.find(key_of(conversation_id, kUnitKind, unit_blob_id(e, first), layers))
+                : std::nullopt;
+        if (!row || row->checksum != *tag) missing += unit.tokens;
+        first += unit.tokens;
+      }
+      const std::vector<int64_t>& ids = session.episode_ids(e);
+      const auto stored =
+          missing > 0 ? stored_version(blobs, conversation_id, e, shape, dtype,
+                                       session.working_set().cache().capacity(), fingerprint, ids)
+                      : std::nullopt;
+      const int64_t grown = stored ? static_cast<int64_t>(ids.size()) - stored->stream : 0;
+      if (stored && missing > grown && grown < rewrite_lag_tokens) {
+        for (int64_t id : stored->unit_ids)
+          keep.insert({kUnitKind, id});
+        keep.insert({kStateKind, e});
+        ++out.episodes;
+        ++out.episodes_deferred;
+        out.tokens_behind += grown;
+        continue;
+      }
+    }
     std::vector<UnitEntry> entries;
     int64_t slot = 0;
     for (int64_t u : pool->episode_units(e)) {

@@ -60,8 +60,10 @@ struct EpisodeKvRestore {
 
 // Inside the caller's transaction: checkpoints the session's active episode into its pool and
 // writes what the store lacks of every episode's cache; removes episode blobs no episode holds.
+// An episode that a replan rewrote and that grew by fewer than `rewrite_lag_tokens` stream
+// tokens since its stored version keeps that version (0: always write the current one).
 EpisodeKvSave save_episode_kv(storage::KvBlobStore& blobs, int64_t conversation_id,
-                              ChatSession& session);
+                              ChatSession& session, int64_t rewrite_lag_tokens);
 // After the session's router was restored (restore_episodes): puts the stored episode caches
 // into the session (ChatSession::adopt_episode_kv).
 EpisodeKvRestore restore_episode_kv(storage::KvBlobStore& blobs, int64_t conversation_id,
