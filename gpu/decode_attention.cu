@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "gpu/decode_attention.h"
+#include "gpu/float_convert.cuh"
 
 namespace engram::gpu {
 namespace {
@@ -60,18 +61,6 @@ __device__ inline void load_vec(const __half* p, float* o) {
     o[2 * i] = f.x;
     o[2 * i + 1] = f.y;
   }
-}
-template <typename T>
-__device__ T from_f(float v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __nv_bfloat16 from_f(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __half from_f(float v) {
-  return __float2half(v);
 }
 
 // Slots per block: a block's keys and values are one 16 KiB tile each in shared memory.

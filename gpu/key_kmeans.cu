@@ -7,20 +7,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu/float_convert.cuh"
 #include "gpu/key_kmeans.h"
 
 namespace engram::gpu {
 namespace {
-
-__device__ float to_f(float v) {
-  return v;
-}
-__device__ float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ float to_f(__half v) {
-  return __half2float(v);
-}
 
 // Assignment tiles: a block scores kAssignKeys keys against the head's centroids, kAssignCents
 // at a time, over kAssignDims dimensions per step through shared memory; each of its 16 x 16

@@ -1,3 +1,4 @@
+#include "gpu/float_convert.cuh"
 #include "gpu/rope_kv_write.h"
 
 #include <ATen/cuda/CUDAContext.h>
@@ -9,31 +10,6 @@
 
 namespace engram::gpu {
 namespace {
-
-template <typename T>
-__device__ float to_f(T v) {
-  return static_cast<float>(v);
-}
-template <>
-__device__ float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <>
-__device__ float to_f(__half v) {
-  return __half2float(v);
-}
-template <typename T>
-__device__ T from_f(float v) {
-  return static_cast<T>(v);
-}
-template <>
-__device__ __nv_bfloat16 from_f(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __half from_f(float v) {
-  return __float2half(v);
-}
 
 // x·cos + rotate_half(x)·sin with each product and the sum rounded to T, as the torch ops do.
 template <typename T>
