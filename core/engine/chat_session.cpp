@@ -217,16 +217,20 @@ const std::vector<at::Tensor>& ChatSession::episode_scores(int32_t episode) cons
   return static_cast<const EpiCachePolicy&>(p).scores();
 }
 
-std::vector<std::string> ChatSession::adopt_episode_kv(std::vector<RestoredEpisodeKv> restored) {
-  if (!router_ || !router_->clustered())
-    throw std::logic_error("ChatSession::adopt_episode_kv: no episodes to adopt caches for");
-  const std::vector<ChatEpisode>& episodes = router_->episodes();
+void ChatSession::drop_episode_caches() {
   episode_caches_.clear();
   if (episode_kv_) episode_kv_->clear();
   active_episode_ = -1;
   policy_ = base_policy_->clone();
   ws_->clear();
   cached_ids_.clear();
+}
+
+std::vector<std::string> ChatSession::adopt_episode_kv(std::vector<RestoredEpisodeKv> restored) {
+  if (!router_ || !router_->clustered())
+    throw std::logic_error("ChatSession::adopt_episode_kv: no episodes to adopt caches for");
+  const std::vector<ChatEpisode>& episodes = router_->episodes();
+  drop_episode_caches();
   for (const ChatEpisode& e : episodes)
     episode_caches_.push_back({episode_policy(e.patch_source), {}});
   std::vector<std::string> refused;
@@ -293,14 +297,8 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
   };
   EpisodeRoute route = router_->route(lines, query, prompt_tokens > policy_->budget(), embed);
   if (route.episode < 0) {
-    if (active_episode_ >= 0) {  // the history was replaced below what was clustered
-      episode_caches_.clear();
-      if (episode_kv_) episode_kv_->clear();
-      active_episode_ = -1;
-      policy_ = base_policy_->clone();
-      ws_->clear();
-      cached_ids_.clear();
-    }
+    // The history was replaced below what was clustered.
+    if (active_episode_ >= 0) drop_episode_caches();
     return route;
   }
   const std::vector<ChatEpisode>& episodes = router_->episodes();

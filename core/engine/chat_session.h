@@ -154,6 +154,8 @@ class ChatSession {
   // episode's cache, policy and stream; `prompt_tokens` is the rendered conversation's length.
   EpisodeRoute route_turn(int64_t prompt_tokens);
   void switch_episode(int32_t episode);
+  // Every episode's cache gone, no episode active, the working set empty under the base policy.
+  void drop_episode_caches();
   // An episode's patch tokens (its medoid window or query line, cut to fit beside a block).
   std::vector<int64_t> episode_patch(const std::string& patch_source) const;
   std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;
