@@ -120,6 +120,14 @@ class EpisodeKvStoreTest : public QObject {
     const int64_t per_slot = c.num_layers * 2 * c.num_kv_heads * c.head_dim * 4;
     QCOMPARE(s.kv_bytes_written, saved_slots_ * per_slot);
     saved_history_ = live_->history();
+    // The store's index tells a UI what is on disk (and that there is KV to restore) without
+    // reading a blob: the episode caches and their model.
+    const int64_t id = storage::ConversationRepository(db).find_by_name("c").value().id;
+    const std::optional<StoredSessionKv> stored = store.stored_kv(id);
+    QVERIFY(stored.has_value());
+    QCOMPARE(stored->episode_caches, saved_episodes_);
+    QCOMPARE(stored->episode_kv_bytes, s.kv_bytes_written + s.state_bytes_written);
+    QCOMPARE(stored->model_fingerprint, model_->fingerprint);
     qInfo("first save: %lld episodes, %lld slots, %lld KV bytes + %lld state bytes, %.1f ms",
           static_cast<long long>(s.episodes), static_cast<long long>(saved_slots_),
           static_cast<long long>(s.kv_bytes_written), static_cast<long long>(s.state_bytes_written),

@@ -214,12 +214,17 @@ void MemoryInspector::setSnapshot(const MemorySnapshot& snapshot) {
                              .arg(snapshot.engine_cached_tokens)
                              .arg(format_bytes_short(snapshot.engine_cache_bytes));
   // The store's copy, loaded or not: what a restart brings back without re-reading the history.
-  const QString stored = snapshot.stored_tokens == 0
-                             ? tr("nothing saved in the store")
-                             : tr("saved in the store: %1 tokens, %2 KV + %3 token ids")
-                                   .arg(snapshot.stored_tokens)
-                                   .arg(format_bytes_short(snapshot.stored_kv_bytes))
-                                   .arg(format_bytes_short(snapshot.stored_token_id_bytes));
+  QString stored = snapshot.stored_tokens == 0
+                       ? tr("nothing saved in the store")
+                       : tr("saved in the store: %1 tokens, %2 KV + %3 token ids")
+                             .arg(snapshot.stored_tokens)
+                             .arg(format_bytes_short(snapshot.stored_kv_bytes))
+                             .arg(format_bytes_short(snapshot.stored_token_id_bytes));
+  if (snapshot.stored_episode_caches > 0) {
+    stored += tr("<br>episode caches in the store: %1, %2")
+                  .arg(snapshot.stored_episode_caches)
+                  .arg(format_bytes_short(snapshot.stored_episode_kv_bytes));
+  }
   totals_->setText(tr("<b>Totals per location</b><br>%1<br>%2 units, %3 text only<br>%4<br>%5")
                        .arg(parts.join(QStringLiteral("<br>")))
                        .arg(snapshot.units.size())

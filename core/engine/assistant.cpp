@@ -695,6 +695,8 @@ MemorySnapshot Assistant::memory() const {
     snap.stored_tokens = s_->stored->tokens;
     snap.stored_kv_bytes = s_->stored->kv_bytes;
     snap.stored_token_id_bytes = s_->stored->token_id_bytes;
+    snap.stored_episode_caches = s_->stored->episode_caches;
+    snap.stored_episode_kv_bytes = s_->stored->episode_kv_bytes;
   }
   if (!s_->session) {
     for (size_t i = 0; i < s_->messages.size(); ++i) {

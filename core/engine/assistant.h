@@ -156,6 +156,9 @@ struct MemorySnapshot {
   int64_t stored_tokens = 0;
   int64_t stored_kv_bytes = 0;
   int64_t stored_token_id_bytes = 0;
+  // EpiCache: episodes whose caches are in the store, and their bytes (units and states).
+  int64_t stored_episode_caches = 0;
+  int64_t stored_episode_kv_bytes = 0;
 };
 
 class ChatSession;

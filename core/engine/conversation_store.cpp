@@ -523,6 +523,11 @@ std::optional<StoredSessionKv> ConversationStore::stored_kv(int64_t conversation
       ++out.runs;
     } else if (kind == kRunIdsKind) {
       out.token_id_bytes += r.byte_size;
+    } else if (kind == "episode_kv" || kind == "episode_kv_state") {
+      out.episode_kv_bytes += r.byte_size;
+      if (kind == "episode_kv_state") ++out.episode_caches;
+      // An EpiCache conversation has no runs: its episodes say which model made its KV.
+      if (out.model_fingerprint.empty()) out.model_fingerprint = r.model_fingerprint;
     } else if (kind == kKvKind && r.key.unit.id == conversation_id) {
       legacy_kv = std::move(r);
     } else if (kind == kIdsKind && r.key.unit.id == conversation_id) {
@@ -536,7 +541,8 @@ std::optional<StoredSessionKv> ConversationStore::stored_kv(int64_t conversation
     if (out.model_fingerprint.empty()) out.model_fingerprint = manifest->model_fingerprint;
     return out;
   }
-  if (!legacy_kv || !legacy_ids || legacy_ids->layout.shape.empty()) return std::nullopt;
+  if (!legacy_kv || !legacy_ids || legacy_ids->layout.shape.empty())
+    return out.episode_caches > 0 ? std::optional<StoredSessionKv>(out) : std::nullopt;
   StoredSessionKv old;
   old.tokens = legacy_ids->layout.shape[0];
   old.attention_tokens = legacy_kv->layout.shape.size() == 5 ? legacy_kv->layout.shape[3] : 0;

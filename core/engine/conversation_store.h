@@ -87,6 +87,9 @@ struct StoredSessionKv {
   std::string dtype;
   std::string model_fingerprint;
   std::string kv_file;  // the newest KV run's file name in the profile's kv/ directory
+  // EpiCache: episodes with a stored cache (episode_kv_state blobs) and their blobs' bytes.
+  int64_t episode_caches = 0;
+  int64_t episode_kv_bytes = 0;
 };
 
 // What one save wrote of EpiCache's episode caches (core/engine/episode_kv_store.h).
@@ -123,7 +126,8 @@ class ConversationStore {
   // empty (the next reply then prefills everything) instead of prefilling at once.
   std::optional<ConversationRestore> restore(const std::string& name, ChatSession& session,
                                              bool rebuild = true);
-  // The index entries of the session blobs of conversation `id`; std::nullopt when it has none.
+  // The index entries of the session blobs of conversation `id` (and its episode caches');
+  // std::nullopt when it has none.
   std::optional<StoredSessionKv> stored_kv(int64_t conversation_id);
 
   // What the last save() wrote of EpiCache's episode caches (all zero for other policies).
