@@ -481,11 +481,12 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
                      reply.generation.tokens.begin() + std::max<int64_t>(0, fed));
   messages_.push_back({"assistant", reply.text});
   if (reply.route.episode >= 0) {
-    if (building || reply.rebuilt) ++episode_builds_;
-    if (building || reply.rebuilt)
+    if (building || reply.rebuilt) {
+      ++episode_builds_;
       router_->built(reply.route.episode);
-    else
+    } else {
       router_->fed(reply.route.episode, ws_->stream_tokens() - static_cast<int64_t>(common));
+    }
   }
   reply.evicted_tokens = reply.generation.evicted_tokens;
   reply.attention_tokens = ws_->tokens();

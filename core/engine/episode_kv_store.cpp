@@ -282,26 +282,33 @@ EpisodeKvSave save_episode_kv(storage::KvBlobStore& blobs, int64_t conversation_
   for (int32_t e : pool ? pool->episodes() : std::vector<int32_t>{}) {
     if (static_cast<size_t>(e) >= router->episodes().size()) continue;
     const KvUnitPool& units = pool->units();
-    // Tokens of the units the store lacks: more than the episode grew by means a replan rewrote
-    // it (a shrink re-rotates every kept key). While it grew by less than the allowed lag since
-    // a stored version, that version stays: a restore catches the difference up as for an
-    // episode that missed turns, and a chat does not write the whole working set per reply.
-    if (rewrite_lag_tokens > 0) {
-      int64_t missing = 0, first = 0;
-      for (int64_t u : pool->episode_units(e)) {
-        const KvUnit& unit = units.unit(u);
-        const std::optional<uint64_t> tag = pool->persisted(u);
-        const auto row =
-            tag ? blobs.find(key_of(conversation_id, kUnitKind, unit_blob_id(e, first), layers))
-                : std::nullopt;
-        if (!row || row->checksum != *tag) missing += unit.tokens;
-        first += unit.tokens;
-      }
+    // Per unit (slot order): the checksum it is stored under when the store holds it already,
+    // i.e. its row is the blob it was written to (not after a rolled-back save, nor in another
+    // conversation); and the tokens of the units the store lacks.
+    const std::vector<int64_t>& unit_ids = pool->episode_units(e);
+    std::vector<std::optional<uint64_t>> held;
+    int64_t missing = 0, slot = 0;
+    for (int64_t u : unit_ids) {
+      const KvUnit& unit = units.unit(u);
+      const std::optional<uint64_t> tag = pool->persisted(u);
+      const auto row =
+          tag ? blobs.find(key_of(conversation_id, kUnitKind, unit_blob_id(e, slot), layers))
+              : std::nullopt;
+      const bool stored = row && row->checksum == *tag && row->model_fingerprint == fingerprint &&
+                          row->layout.shape.size() == 5 && row->layout.shape[3] == unit.tokens;
+      held.push_back(stored ? tag : std::nullopt);
+      if (!stored) missing += unit.tokens;
+      slot += unit.tokens;
+    }
+    // Lacking more tokens than the episode grew by means a replan rewrote it (a shrink
+    // re-rotates every kept key). While it grew by less than the allowed lag since a stored
+    // version, that version stays: a restore catches the difference up as for an episode that
+    // missed turns, and a chat does not write the whole working set per reply.
+    if (rewrite_lag_tokens > 0 && missing > 0) {
       const std::vector<int64_t>& ids = session.episode_ids(e);
       const auto stored =
-          missing > 0 ? stored_version(blobs, conversation_id, e, shape, dtype,
-                                       session.working_set().cache().capacity(), fingerprint, ids)
-                      : std::nullopt;
+          stored_version(blobs, conversation_id, e, shape, dtype,
+                         session.working_set().cache().capacity(), fingerprint, ids);
       const int64_t grown = stored ? static_cast<int64_t>(ids.size()) - stored->stream : 0;
       if (stored && missing > grown && grown < rewrite_lag_tokens) {
         for (int64_t id : stored->unit_ids)
@@ -314,19 +321,15 @@ EpisodeKvSave save_episode_kv(storage::KvBlobStore& blobs, int64_t conversation_
       }
     }
     std::vector<UnitEntry> entries;
-    int64_t slot = 0;
-    for (int64_t u : pool->episode_units(e)) {
+    slot = 0;
+    for (size_t i = 0; i < unit_ids.size(); ++i) {
+      const int64_t u = unit_ids[i];
       const KvUnit& unit = units.unit(u);
       const storage::KvBlobKey key =
           key_of(conversation_id, kUnitKind, unit_blob_id(e, slot), layers);
-      // Stored already when the row is the blob this unit was written to (the same checksum):
-      // not after a rolled-back save, nor in another conversation.
-      const std::optional<uint64_t> tag = pool->persisted(u);
-      const auto row = tag ? blobs.find(key) : std::nullopt;
       uint64_t checksum = 0;
-      if (row && row->checksum == *tag && row->model_fingerprint == fingerprint &&
-          row->layout.shape.size() == 5 && row->layout.shape[3] == unit.tokens) {
-        checksum = *tag;
+      if (held[i]) {
+        checksum = *held[i];
         ++out.units_kept;
       } else {
         const at::Tensor kv = units.read(u);  // [L, 2, H, n, d] on the CPU
