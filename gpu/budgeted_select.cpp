@@ -9,19 +9,25 @@ namespace engram::gpu {
 namespace {
 
 void check(const at::Tensor& scores, const at::Tensor& sizes, const at::Tensor& offsets,
-           int64_t budget) {
+           int64_t budget, const at::Tensor& enabled) {
   if (scores.dim() != 2 || sizes.sizes() != scores.sizes() || offsets.sizes() != scores.sizes())
     throw std::invalid_argument("budgeted_select_rows: scores, sizes, offsets must be [H, U]");
   if (sizes.scalar_type() != at::kLong || offsets.scalar_type() != at::kLong)
     throw std::invalid_argument("budgeted_select_rows: sizes and offsets must be int64");
   if (budget < 0) throw std::invalid_argument("budgeted_select_rows: negative budget");
+  if (enabled.defined() && (enabled.numel() != 1 || enabled.scalar_type() != at::kBool ||
+                            enabled.device() != scores.device()))
+    throw std::invalid_argument("budgeted_select_rows: `enabled` is one bool beside the scores");
 }
 
 }  // namespace
 
 at::Tensor budgeted_select_rows_reference(const at::Tensor& scores, const at::Tensor& sizes,
-                                          const at::Tensor& offsets, int64_t budget) {
-  check(scores, sizes, offsets, budget);
+                                          const at::Tensor& offsets, int64_t budget,
+                                          const at::Tensor& enabled) {
+  check(scores, sizes, offsets, budget, enabled);
+  if (enabled.defined() && !enabled.item<bool>())
+    return at::full({scores.size(0), budget}, -1, scores.options().dtype(at::kLong));
   const at::Tensor s = scores.to(at::kCPU, at::kFloat).contiguous();
   const at::Tensor n = sizes.cpu().contiguous(), o = offsets.cpu().contiguous();
   const int64_t heads = s.size(0), units = s.size(1);
@@ -48,14 +54,15 @@ at::Tensor budgeted_select_rows_reference(const at::Tensor& scores, const at::Te
 }
 
 at::Tensor budgeted_select_rows(const at::Tensor& scores, const at::Tensor& sizes,
-                                const at::Tensor& offsets, int64_t budget) {
+                                const at::Tensor& offsets, int64_t budget,
+                                const at::Tensor& enabled) {
 #ifdef ENGRAM_WITH_CUDA
   if (scores.is_cuda()) {
-    check(scores, sizes, offsets, budget);
-    return budgeted_select_rows_cuda(scores, sizes, offsets, budget);
+    check(scores, sizes, offsets, budget, enabled);
+    return budgeted_select_rows_cuda(scores, sizes, offsets, budget, enabled);
   }
 #endif
-  return budgeted_select_rows_reference(scores, sizes, offsets, budget);
+  return budgeted_select_rows_reference(scores, sizes, offsets, budget, enabled);
 }
 
 }  // namespace engram::gpu

@@ -13,7 +13,7 @@ namespace {
 // One block per head sorts its units in shared memory (8 bytes a unit, up to 128 KiB of the
 // H100's 227): at LouisKV's average cluster size of 16 tokens (louiskv-paper §5.1) that is a
 // 256K-token prompt's clusters and segments. More units go through the reference path.
-constexpr int64_t kMaxSortedUnits = 16384;
+constexpr int64_t kMaxSortedUnits = kBudgetedSelectMaxUnits;
 constexpr int kSelectThreads = 1024;
 
 // The reference's stable descending sort: a higher score first, equal scores by unit index.
@@ -28,7 +28,9 @@ __device__ bool comes_first(float score_a, int index_a, float score_b, int index
 // memory holds the sort), then every output position finds its unit by binary search on ends.
 __global__ void budgeted_select_kernel(const float* scores, const int64_t* sizes,
                                        const int64_t* offsets, int64_t units, int padded,
-                                       int64_t budget, int64_t* ends, int64_t* rows) {
+                                       int64_t budget, const bool* enabled, int64_t* ends,
+                                       int64_t* rows) {
+  if (enabled && !*enabled) return;  // the policy decided on the device not to retrieve
   extern __shared__ int64_t shared[];
   int64_t* partial = shared;                                        // [kSelectThreads]
   float* key = reinterpret_cast<float*>(partial + kSelectThreads);  // [padded]
@@ -125,12 +127,13 @@ __global__ void budgeted_select_kernel(const float* scores, const int64_t* sizes
 }  // namespace
 
 at::Tensor budgeted_select_rows_cuda(const at::Tensor& scores, const at::Tensor& sizes,
-                                     const at::Tensor& offsets, int64_t budget) {
+                                     const at::Tensor& offsets, int64_t budget,
+                                     const at::Tensor& enabled) {
   const int64_t heads = scores.size(0), units = scores.size(1);
   if (units > kMaxSortedUnits) {
     // More units than one block sorts in shared memory: the reference (a host round trip and a
     // synchronisation), so the result stays the same whatever the count.
-    return budgeted_select_rows_reference(scores, sizes, offsets, budget);
+    return budgeted_select_rows_reference(scores, sizes, offsets, budget, enabled);
   }
   const at::Device device = scores.device();
   at::Tensor rows = at::empty({heads, budget}, scores.options().dtype(at::kLong));
@@ -151,7 +154,8 @@ at::Tensor budgeted_select_rows_cuda(const at::Tensor& scores, const at::Tensor&
   }
   budgeted_select_kernel<<<heads, kSelectThreads, shared, at::cuda::getCurrentCUDAStream()>>>(
       s.data_ptr<float>(), n.data_ptr<int64_t>(), o.data_ptr<int64_t>(), units, padded, budget,
-      ends.data_ptr<int64_t>(), rows.data_ptr<int64_t>());
+      enabled.defined() ? enabled.data_ptr<bool>() : nullptr, ends.data_ptr<int64_t>(),
+      rows.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return rows;
 }

@@ -6,7 +6,8 @@ namespace engram::gpu {
 namespace {
 
 void check_paged(const at::Tensor& keys, const at::Tensor& values, const at::Tensor& slab,
-                 int64_t layer, const at::Tensor& table, const at::Tensor& rows) {
+                 int64_t layer, const at::Tensor& table, const at::Tensor& rows,
+                 const at::Tensor& enabled) {
   if (slab.dim() != 6 || slab.size(2) != 2 || keys.dim() != 3 || values.sizes() != keys.sizes() ||
       rows.dim() != 2 || table.dim() != 1 || slab.size(3) != keys.size(0) ||
       slab.size(5) != keys.size(2) || rows.size(0) != keys.size(0) || rows.size(1) > keys.size(1)) {
@@ -20,13 +21,18 @@ void check_paged(const at::Tensor& keys, const at::Tensor& values, const at::Ten
     throw std::invalid_argument("gather_paged_rows: slab and destination dtypes differ");
   if (rows.scalar_type() != at::kLong || table.scalar_type() != at::kLong)
     throw std::invalid_argument("gather_paged_rows: table and rows must be int64");
+  if (enabled.defined() && (enabled.numel() != 1 || enabled.scalar_type() != at::kBool ||
+                            enabled.device() != keys.device()))
+    throw std::invalid_argument("gather_paged_rows: `enabled` is one bool beside the destination");
 }
 
 }  // namespace
 
 void gather_paged_rows_reference(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab,
-                                 int64_t layer, const at::Tensor& table, const at::Tensor& rows) {
-  check_paged(keys, values, slab, layer, table, rows);
+                                 int64_t layer, const at::Tensor& table, const at::Tensor& rows,
+                                 const at::Tensor& enabled) {
+  check_paged(keys, values, slab, layer, table, rows, enabled);
+  if (enabled.defined() && !enabled.item<bool>()) return;
   const int64_t page = slab.size(4);
   const at::Tensor r = rows.cpu(), t = table.cpu();
   if (t.numel() && (t.min().item<int64_t>() < 0 || t.max().item<int64_t>() >= slab.size(0)))
@@ -49,15 +55,15 @@ void gather_paged_rows_reference(at::Tensor& keys, at::Tensor& values, const at:
 }
 
 void gather_paged_rows(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab, int64_t layer,
-                       const at::Tensor& table, const at::Tensor& rows) {
+                       const at::Tensor& table, const at::Tensor& rows, const at::Tensor& enabled) {
 #ifdef ENGRAM_WITH_CUDA
   if (keys.is_cuda()) {
-    check_paged(keys, values, slab, layer, table, rows);
-    gather_paged_rows_cuda(keys, values, slab, layer, table, rows);
+    check_paged(keys, values, slab, layer, table, rows, enabled);
+    gather_paged_rows_cuda(keys, values, slab, layer, table, rows, enabled);
     return;
   }
 #endif
-  gather_paged_rows_reference(keys, values, slab, layer, table, rows);
+  gather_paged_rows_reference(keys, values, slab, layer, table, rows, enabled);
 }
 
 }  // namespace engram::gpu

@@ -25,7 +25,8 @@ __global__ void gather_paged_rows_kernel(const uint4* slab, uint4* keys, uint4* 
                                          int64_t table_pages, int64_t heads, int64_t picked,
                                          int64_t page_rows, int64_t row_vecs, int64_t layer,
                                          int64_t layers, int64_t dst_head_stride,
-                                         int64_t dst_row_stride) {
+                                         int64_t dst_row_stride, const bool* enabled) {
+  if (enabled && !*enabled) return;
   const int64_t total = 2 * heads * picked * row_vecs;
   for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < total;
        w += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -45,7 +46,8 @@ __global__ void gather_paged_rows_kernel(const uint4* slab, uint4* keys, uint4* 
 }  // namespace
 
 void gather_paged_rows_cuda(at::Tensor& keys, at::Tensor& values, const at::Tensor& slab,
-                            int64_t layer, const at::Tensor& table, const at::Tensor& rows) {
+                            int64_t layer, const at::Tensor& table, const at::Tensor& rows,
+                            const at::Tensor& enabled) {
   const int64_t heads = keys.size(0), dim = keys.size(2), elt = keys.element_size();
   const bool readable =
       slab.is_contiguous() && (slab.is_cuda() ? slab.device() == keys.device() : slab.is_pinned());
@@ -56,7 +58,7 @@ void gather_paged_rows_cuda(at::Tensor& keys, at::Tensor& values, const at::Tens
                        reinterpret_cast<uintptr_t>(values.data_ptr()) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(slab.data_ptr()) % 16 == 0;
   if (!readable || !vectors || !table.is_cuda() || !rows.is_cuda()) {
-    gather_paged_rows_reference(keys, values, slab, layer, table, rows);
+    gather_paged_rows_reference(keys, values, slab, layer, table, rows, enabled);
     return;
   }
   const at::Tensor r = rows.contiguous(), t = table.contiguous();
@@ -75,7 +77,8 @@ void gather_paged_rows_cuda(at::Tensor& keys, at::Tensor& values, const at::Tens
       static_cast<const uint4*>(from), static_cast<uint4*>(keys.data_ptr()),
       static_cast<uint4*>(values.data_ptr()), t.data_ptr<int64_t>(), r.data_ptr<int64_t>(),
       t.numel(), heads, picked, slab.size(4), row_vecs, layer, slab.size(1),
-      keys.stride(0) * elt / 16, keys.stride(1) * elt / 16);
+      keys.stride(0) * elt / 16, keys.stride(1) * elt / 16,
+      enabled.defined() ? enabled.data_ptr<bool>() : nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

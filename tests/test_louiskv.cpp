@@ -15,6 +15,7 @@
 #include "core/policies/page_retrieval_policy.h"
 #include "core/policies/policy_registry.h"
 #include "core/policies/retrieving_policy.h"
+#include "core/runtime/static_decode_step.h"
 #include "gpu/device_timeline.h"
 #include "support/collected_intervals.h"
 #include "support/fixture_models.h"
@@ -206,6 +207,80 @@ class LouisKvTest : public QObject {
                      .c_str());
         QVERIFY(seen->stats().offloaded_units > 0);  // the window really offloaded
         QCOMPARE(seen->stats().retrievals, int64_t{30} * seen->stats().retrieval_layers);
+      }
+    }
+  }
+
+  // The recorded step (core/runtime/static_decode_step.h with the source attached) decides on
+  // the device and moves the per-layer path's host work between steps; it must serve the same
+  // attention: the same logits, decisions, offloads and rows loaded. On the CPU its "graph" runs
+  // the recorded function itself, so this checks the recording's logic in CI.
+  void recordedStepMatchesThePerLayerPath() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const auto prompt = test::token_ids(90, 7), fed = test::token_ids(40, 8);
+    const auto n = static_cast<int64_t>(prompt.size()), steps = static_cast<int64_t>(fed.size());
+    for (int kind = 0; kind < 3; ++kind) {
+      const auto make = [&]() -> std::unique_ptr<RetrievalPolicy> {
+        LouisKvOptions o;
+        // Adaptive, at a τ where some steps retrieve and some do not (this fixture's random weights
+        // give r_t spread around 0).
+        o.tau = 0.1;
+        if (kind == 1) o.stride = 3;
+        if (kind < 2) return std::make_unique<LouisKvPolicy>(o, settings(4, 8, 12, 1));
+        return std::make_unique<PageRetrievalPolicy>(4, settings(4, 8, 12, 1));
+      };
+      const std::string what = "kind " + std::to_string(kind);
+      const auto per_layer_policy = make(), recorded_policy = make();
+      std::unique_ptr<RetrievalKvSource> per_layer;
+      const auto expect = teacher_forced(
+          decoder, prompt, fed,
+          [&](KvCache& cache) {
+            return std::make_unique<RetrievalKvSource>(*per_layer_policy, cache, steps, &cache);
+          },
+          &per_layer);
+
+      KvCache cache(shape_of(decoder.config()), 1, n + steps + 1, decoder.dtype(),
+                    decoder.device());
+      gpu::DeviceTimeline timeline(decoder.device());
+      (void)prefill(decoder, cache, prompt, 0, timeline, nullptr);
+      RetrievalKvSource source(*recorded_policy, cache, steps, &cache);
+      QVERIFY(source.recordable());
+      StaticDecodeStep step(decoder, cache);
+      step.attach(&source);
+      std::vector<at::Tensor> got;
+      for (int64_t i = 0; i < steps; ++i)
+        got.push_back(step.step(fed[i], n + i).clone());
+      step.attach(nullptr);
+
+      const double diff = max_diff(expect, got);
+      QVERIFY2(diff < 1e-4, (what + " max diff " + std::to_string(diff)).c_str());
+      const RetrievalStats &a = per_layer->stats(), &b = source.stats();
+      QCOMPARE(b.steps, steps);
+      QCOMPARE(b.retrievals, a.retrievals);
+      QCOMPARE(b.offloaded_units, a.offloaded_units);
+      QCOMPARE(b.loaded_rows, a.loaded_rows);
+      QVERIFY(b.offloaded_units > 0);
+      QCOMPARE(source.events().size(), per_layer->events().size());
+      for (size_t e = 0; e < source.events().size(); ++e) {
+        QCOMPARE(source.events()[e].step, per_layer->events()[e].step);
+        QCOMPARE(source.events()[e].layer, per_layer->events()[e].layer);
+      }
+      for (int64_t layer = 1; layer < decoder.config().num_layers; ++layer)
+        QVERIFY(source.unit_sizes(layer).equal(per_layer->unit_sizes(layer)));
+      // The working set the recorded step mirrored into is the conversation's full KV.
+      QCOMPARE(cache.lengths()[0], n + steps);
+      if (kind == 0) {
+        // Mixed decisions, so the switch inside the recording is exercised both ways.
+        const auto& r_a = static_cast<LouisKvPolicy&>(*per_layer_policy).similarities();
+        QVERIFY2(b.retrievals > b.retrieval_layers && b.retrievals < steps * b.retrieval_layers,
+                 (what + " retrievals " + std::to_string(b.retrievals)).c_str());
+        const auto& r_b = static_cast<LouisKvPolicy&>(*recorded_policy).similarities();
+        QCOMPARE(r_b.size(), r_a.size());
+        for (size_t layer = 0; layer < r_a.size(); ++layer) {
+          QCOMPARE(r_b[layer].size(), r_a[layer].size());
+          for (size_t i = 0; i < r_a[layer].size(); ++i)
+            QVERIFY(std::abs(r_b[layer][i] - r_a[layer][i]) < 1e-4f);
+        }
       }
     }
   }

@@ -200,20 +200,31 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     logits = prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get());
   }
   // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h) over the
-  // working set's fixed slots, whatever the policy keeps there; a traced request, a policy that
-  // watches decode layers, or decode-time retrieval keeps the per-layer path.
+  // working set's fixed slots, whatever the policy keeps there, and with decode-time retrieval
+  // whose policy decides on the device (the source attached to the step); a traced request or a
+  // policy that watches decode layers keeps the per-layer path.
   std::unique_ptr<StaticDecodeStep> own_step;
   StaticDecodeStep* static_step = nullptr;
-  if (decoder.device().is_cuda() && options.recorded_step && !trace && !retrieval &&
+  if (decoder.device().is_cuda() && options.recorded_step && !trace &&
+      (!retrieval || retrieval->decides_on_device()) &&
       !policy.wants_layers(ForwardPhase::kDecode)) {
     std::unique_ptr<StaticDecodeStep>& slot = options.kept_step ? *options.kept_step : own_step;
     if (slot && &slot->decoder() == &decoder) {
       slot->bind(ws.cache());
+      slot->attach(nullptr);  // a source of an earlier request is gone
     } else {
       slot = std::make_unique<StaticDecodeStep>(decoder, ws.cache());
     }
     static_step = slot.get();
   }
+  // The kept step must not point at this request's source once it is gone, however this ends.
+  struct Detach {
+    StaticDecodeStep* step;
+    ~Detach() {
+      if (step) step->attach(nullptr);
+    }
+  } detach{static_step};
+  bool recorded_retrieval = false;
   const SamplingOptions& sampling = sampler.options();
   // The recorded step's argmax spans every row of the logits; a vocab limit needs the sampler.
   const bool greedy = sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0 &&
@@ -259,10 +270,15 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
         throw std::logic_error("decode: the working set is full and the policy keeps it");
       }
       if (!retrieving || full) {
+        if (static_step) static_step->attach(nullptr);
         if (retrieving) result.retrieval.add(retrieving->stats());
         retrieving = std::make_unique<RetrievalKvSource>(*retrieval, ws.cache(), room - step - 1,
                                                          &ws.cache());
       }
+      // More units than the recorded selection sorts: the per-layer path from here on (the
+      // source's state is the same either way).
+      recorded_retrieval = static_step && retrieving->recordable();
+      if (static_step) static_step->attach(recorded_retrieval ? retrieving.get() : nullptr);
     } else if (const auto plan = policy.before_decode_step(ws.info())) {
       apply_plan(*plan, ws, decoder, trace.get());
     }
@@ -272,12 +288,13 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
           positions_error(static_cast<int64_t>(all.size()), config.max_positions, policy));
     }
     if (!ws.fixed_capacity()) ws.cache().ensure_room(1);
-    if (static_step) {
+    if (static_step && (!retrieval || recorded_retrieval)) {
       logits = static_step->step(token, ws.next_position());
       ws.appended(1);
       next_is_argmax = greedy && !options.on_logits;
       continue;
     }
+    next_is_argmax = false;
     logits = forward_block(decoder, policy, ws, {token}, ForwardPhase::kDecode, step + 1, timeline,
                            trace.get(), retrieving.get())
                  .view({-1});

@@ -5,8 +5,10 @@
 
 #include "core/trace/trace_recorder.h"
 #include "gpu/budgeted_select.h"
+#include "gpu/decode_attention.h"
 #include "gpu/device_timeline.h"
 #include "gpu/page_gather.h"
+#include "gpu/rope_kv_write.h"
 #include "gpu/row_gather.h"
 
 namespace engram {
@@ -97,8 +99,16 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     }
     l.units = prompt_units;
     l.pool_rows = prompt;
+    l.live = at::zeros({prompt_units + capacity}, keys.options().dtype(at::kBool));
+    l.live.narrow(0, 0, prompt_units).fill_(true);
+    l.retrieved_valid = at::zeros({s.budget}, longs);
+    l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(1);
     stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + bytes(l.index);
   }
+  const auto on_device = at::TensorOptions().device(working.device());
+  recorded_inputs_ = at::zeros({1 + layers}, on_device.dtype(at::kLong));
+  decisions_ = at::zeros({layers, 2}, on_device.dtype(at::kFloat));
+  last_slot_ = at::full({1}, sinks_ + s.budget + s.window - 1, on_device.dtype(at::kLong));
 }
 
 void RetrievalKvSource::write_rows(int64_t layer, int64_t first_row, const at::Tensor& keys,
@@ -225,8 +235,10 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   l.sizes.select(1, l.units).fill_(cut);
   l.offsets.select(1, l.units).fill_(l.pool_rows);
   l.index.select(1, l.units).copy_(policy_.unit_index(keys));
+  l.live[l.units].fill_(true);
   ++l.units;
   l.pool_rows += cut;
+  l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(1);
   ++stats_.offloaded_units;
   // Shift the rest of the window to its front (a clone: the spans overlap).
   const int64_t rest = l.local - cut;
@@ -240,6 +252,105 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
     if (start - cut > 0) starts.push_back(start - cut);
   }
   l.segment_starts = std::move(starts);
+}
+
+bool RetrievalKvSource::recordable() const {
+  if (!mirror_ || !pool_ || !policy_.decides_on_device()) return false;
+  for (size_t li = 0; li < layers_.size(); ++li) {
+    // A window offload before the next step may add one unit.
+    if (retrieves_at(static_cast<int64_t>(li)) &&
+        layers_[li].units + 1 > gpu::kBudgetedSelectMaxUnits)
+      return false;
+  }
+  return true;
+}
+
+void RetrievalKvSource::before_recorded_step() {
+  const RetrievalSettings& s = policy_.settings();
+  if (step_ >= max_new_) {
+    throw std::out_of_range("retrieval: the source was built for " + std::to_string(max_new_) +
+                            " decode steps");
+  }
+  const auto layers = static_cast<int64_t>(layers_.size());
+  at::Tensor host = recorded_inputs_.is_cuda() ? gpu::empty_pinned({1 + layers}, at::kLong)
+                                               : at::empty({1 + layers}, at::kLong);
+  int64_t* in = host.data_ptr<int64_t>();
+  in[0] = step_;
+  int64_t most_units = 0, capacity = gpu::kBudgetedSelectMaxUnits;
+  for (int64_t li = 0; li < layers; ++li) {
+    Layer& l = layers_[li];
+    in[1 + li] = 0;
+    if (!retrieves_at(li)) continue;
+    // The per-layer path offloads a full window before the layer retrieves; nothing in between
+    // depends on the step's queries, so it can happen before the whole step.
+    if (l.local == s.window) offload_oldest(li, l);
+    in[1 + li] = sinks_ + s.budget + l.local;
+    most_units = std::max(most_units, l.units);
+    capacity = std::min(capacity, l.sizes.size(1));
+  }
+  if (most_units > recorded_units_) {
+    // The recording scores a fixed count of units: grown in blocks, each a new recording.
+    constexpr int64_t kUnitBlock = 1024;
+    recorded_units_ = std::min(capacity, (most_units + kUnitBlock) / kUnitBlock * kUnitBlock);
+    ++recording_version_;
+  }
+  recorded_inputs_.copy_(host, /*non_blocking=*/true);
+}
+
+at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_rot,
+                                             const at::Tensor& q, const at::Tensor& k,
+                                             const at::Tensor& v, const at::Tensor& cos,
+                                             const at::Tensor& sin, const at::Tensor& position,
+                                             int64_t window, double scale) {
+  const RetrievalSettings& s = policy_.settings();
+  Layer& l = layers_.at(layer);
+  const at::Tensor queries = q_rot.select(0, 0);  // [Hq, d]
+  at::Tensor decision = decisions_.select(0, layer);
+  policy_.retrieve_on_device(layer, recorded_inputs_.narrow(0, 0, 1), queries, decision);
+  const at::Tensor enabled = decision.select(0, 0).gt(0).view({1});
+  // Scoring and selection run at every step; the decision switches the selection and the copy
+  // off inside their kernels, and the region's validity keeps its value.
+  const int64_t u = recorded_units_;
+  const at::Tensor scores = policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
+  const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
+                                                    l.offsets.narrow(1, 0, u), s.budget, enabled);
+  at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
+  at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
+  gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer, page_table_, rows,
+                         enabled);
+  at::Tensor region_valid = l.valid.narrow(1, sinks_, s.budget);
+  region_valid.copy_(at::where(enabled, l.retrieved_valid.view({1, -1}), region_valid));
+  // The fresh token's key and value into the window at the layer's slot (a device input).
+  const at::Tensor slot = recorded_inputs_.narrow(0, 1 + layer, 1);
+  at::Tensor q_unused = at::empty_like(queries);
+  at::Tensor key_rows = l.keys.select(0, 0), value_rows = l.values.select(0, 0);
+  gpu::rope_kv_write(q, k, v, cos, sin, slot, q_unused, key_rows, value_rows);
+  l.valid.select(0, 0).index_fill_(0, slot, 1);
+  const at::Tensor key_positions = l.valid * (position.view({1, 1}) + 1) - 1;
+  return gpu::decode_attention(q_rot, l.keys, l.values, key_positions, at::Tensor(),
+                               position.view({1}), last_slot_, window, scale);
+}
+
+void RetrievalKvSource::after_recorded_step() {
+  const RetrievalSettings& s = policy_.settings();
+  const at::Tensor decided = decisions_.cpu();  // the step's one sync besides its token
+  const float* d = decided.data_ptr<float>();
+  for (int64_t li = 0; li < static_cast<int64_t>(layers_.size()); ++li) {
+    if (!retrieves_at(li)) continue;
+    Layer& l = layers_[li];
+    policy_.similarity_seen(li, step_, d[2 * li + 1]);
+    if (d[2 * li] > 0) {
+      l.retrieved = std::min(s.budget, l.pool_rows);
+      ++stats_.retrievals;
+      stats_.loaded_rows += l.retrieved * l.keys.size(1);
+      events_.push_back({step_, li, l.retrieved});
+      if (policy_.page_tokens() == 0) l.segment_starts.push_back(l.local);
+    }
+    if (l.segment_starts.empty()) l.segment_starts.push_back(0);
+    ++l.local;
+  }
+  ++step_;
+  ++stats_.steps;
 }
 
 AttendKv RetrievalKvSource::attend(const Layer& l, int64_t slots, int64_t position) const {

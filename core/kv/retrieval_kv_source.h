@@ -20,6 +20,15 @@
 // exactly full attention (tests/test_louiskv.cpp). With a mirror cache (the conversation's working
 // set) every fresh token is also written there, so the conversation stays exact for its store and
 // its next turn whatever attention saw.
+//
+// Two ways to run a decode step. The per-layer path (layer_kv, from Decoder::forward) decides on
+// the host. The recorded step (core/runtime/static_decode_step.h, attach()) replays one CUDA graph
+// per token: the policy decides on the device (RetrievalPolicy::retrieve_on_device) and the
+// decision switches the selection and the gather on or off inside the graph, so nothing waits on
+// the host per layer; the host work of the per-layer path moves between replays
+// (before_recorded_step: full windows offload; after_recorded_step: the decisions come back once
+// per token, for the counts, the temporal segments and the log). Both give the same attention
+// (tests/test_louiskv.cpp).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -80,6 +89,23 @@ class RetrievalKvSource : public KvSource {
   const RetrievalStats& stats() const { return stats_; }
   const std::vector<RetrievalEvent>& events() const { return events_; }
   int64_t steps_left() const { return max_new_ - step_; }
+  // The recorded step's side (see the top of this file). recordable(): the policy decides on the
+  // device, the source mirrors into a working set and every retrieval layer's units fit the
+  // selection kernel. recording_version() changes when the shapes a recording read change (the
+  // units' capacity grew): the step records again.
+  bool recordable() const;
+  int64_t recording_version() const { return recording_version_; }
+  bool retrieves_at(int64_t layer) const { return layer >= policy_.settings().full_layers; }
+  void before_recorded_step();
+  // Inside the recording, one retrieval layer: q_rot [1, Hq, d] after RoPE; q, k, v, cos, sin as
+  // gpu::rope_kv_write takes them (k, v before RoPE); position [1] int64 on the device. Returns
+  // attention's output [1, Hq, d].
+  at::Tensor recorded_layer(int64_t layer, const at::Tensor& q_rot, const at::Tensor& q,
+                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& cos,
+                            const at::Tensor& sin, const at::Tensor& position, int64_t window,
+                            double scale);
+  void after_recorded_step();
+
   // Tokens of each unit of a retrieval layer (prompt units, then offloaded ones): [H, units].
   at::Tensor unit_sizes(int64_t layer) const {
     const Layer& l = layers_.at(layer);
@@ -99,6 +125,9 @@ class RetrievalKvSource : public KvSource {
     int64_t local = 0;      // tokens in the local window
     at::Tensor valid;       // [1, slots] int64 on the device: 1 where a slot holds a key
     std::vector<int64_t> segment_starts;  // temporal segments in the local window
+    // For the recorded step: which of the units' capacity exist, [capacity] bool; the retrieved
+    // region's validity after a retrieval, [B] int64 (1 for the first min(B, pool rows)).
+    at::Tensor live, retrieved_valid;
   };
 
   AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
@@ -122,6 +151,12 @@ class RetrievalKvSource : public KvSource {
   std::vector<Layer> layers_;
   RetrievalStats stats_;
   std::vector<RetrievalEvent> events_;
+  // The recorded step's device inputs (int64 [1 + layers]: the step, then each layer's window
+  // slot), its decisions (f32 [layers, 2], RetrievalPolicy::retrieve_on_device) and the units it
+  // scores per layer (grows in blocks; each growth is a new recording).
+  at::Tensor recorded_inputs_, decisions_, last_slot_;
+  int64_t recorded_units_ = 0;
+  int64_t recording_version_ = 0;
 };
 
 }  // namespace engram

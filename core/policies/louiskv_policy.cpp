@@ -92,10 +92,34 @@ bool LouisKvPolicy::retrieve(int64_t layer, int64_t step, const at::Tensor& q) {
   return boundary;
 }
 
-at::Tensor LouisKvPolicy::score(const at::Tensor& q, const at::Tensor& index) const {
+void LouisKvPolicy::retrieve_on_device(int64_t layer, const at::Tensor& step, const at::Tensor& q,
+                                       at::Tensor& decision) {
+  const at::Tensor current = q.to(at::kFloat);
+  at::Tensor& previous = previous_q_.at(layer);
+  // The first call allocates the layer's previous queries (zeros: step 0 retrieves anyway); every
+  // later one updates them in place, so a recorded step replays the same buffers.
+  if (!previous.defined()) previous = at::zeros_like(current);
+  const at::Tensor r = at::cosine_similarity(current, previous, 1).mean();
+  const at::Tensor now = step.reshape(at::IntArrayRef{});  // (view({}) would be a dtype view)
+  const at::Tensor first = now.eq(0);
+  const at::Tensor boundary =
+      options_.stride > 0 ? now.remainder(options_.stride).eq(0) : r.lt(options_.tau);
+  decision.select(0, 0).copy_(boundary.logical_or(first));
+  decision.select(0, 1).copy_(r);
+  previous.copy_(current);
+}
+
+void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarity) {
+  // retrieve() logs r_t of adaptive steps after the first; so does this.
+  if (options_.stride == 0 && step > 0) similarity_.at(layer).push_back(similarity);
+}
+
+at::Tensor LouisKvPolicy::score(const at::Tensor& q, const at::Tensor& index,
+                                const at::Tensor& live) const {
   const int64_t heads = index.size(0), d = q.size(1);
   const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, d});  // [H, g, d]
-  const at::Tensor logits = at::bmm(grouped, index.transpose(1, 2)) / std::sqrt(double(d));
+  at::Tensor logits = at::bmm(grouped, index.transpose(1, 2)) / std::sqrt(double(d));
+  if (live.defined()) logits = logits.masked_fill(live.logical_not(), -INFINITY);
   return logits.softmax(-1).mean(1);  // [H, U]
 }
 

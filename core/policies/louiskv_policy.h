@@ -35,7 +35,13 @@ class LouisKvPolicy : public RetrievalPolicy {
   PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) override;
   at::Tensor unit_index(const at::Tensor& keys) const override;
   bool retrieve(int64_t layer, int64_t step, const at::Tensor& q) override;
-  at::Tensor score(const at::Tensor& q, const at::Tensor& index) const override;
+  bool decides_on_device() const override { return true; }
+  void retrieve_on_device(int64_t layer, const at::Tensor& step, const at::Tensor& q,
+                          at::Tensor& decision) override;
+  void similarity_seen(int64_t layer, int64_t step, float similarity) override;
+  using RetrievalPolicy::score;
+  at::Tensor score(const at::Tensor& q, const at::Tensor& index,
+                   const at::Tensor& live) const override;
 
   const LouisKvOptions& options() const { return options_; }
   // r_t of every (layer, step >= 1) so far, for the τ sweep and the panel.

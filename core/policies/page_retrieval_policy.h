@@ -24,7 +24,14 @@ class PageRetrievalPolicy : public RetrievalPolicy {
   bool retrieve(int64_t /*layer*/, int64_t /*step*/, const at::Tensor& /*q*/) override {
     return true;
   }
-  at::Tensor score(const at::Tensor& q, const at::Tensor& index) const override;
+  bool decides_on_device() const override { return true; }
+  void retrieve_on_device(int64_t /*layer*/, const at::Tensor& /*step*/, const at::Tensor& /*q*/,
+                          at::Tensor& decision) override {
+    decision.select(0, 0).fill_(1);  // every step
+  }
+  using RetrievalPolicy::score;
+  at::Tensor score(const at::Tensor& q, const at::Tensor& index,
+                   const at::Tensor& live) const override;
   int64_t page_tokens() const override { return page_; }
 
  private:

@@ -55,8 +55,26 @@ class RetrievalPolicy {
   // Whether layer `layer` retrieves at decode step `step` (0: the first, always asked) for the
   // token's queries q [H * g, d]. Called once per layer and step, in order.
   virtual bool retrieve(int64_t layer, int64_t step, const at::Tensor& q) = 0;
+  // Decisions on the device, for a recorded decode step (core/runtime/static_decode_step.h): the
+  // same rule as retrieve(), written into `decision` (f32 [2] on q's device: [0] = 1 to retrieve,
+  // [0] = 0 not to; [1] = the similarity it used, for similarity_seen()) with tensor ops only, no
+  // host sync and no host state changed after the first call (which may allocate). `step` is an
+  // int64 one-element tensor on the device. Policies that return false from
+  // decides_on_device() are served by the per-layer path only.
+  virtual bool decides_on_device() const { return false; }
+  virtual void retrieve_on_device(int64_t /*layer*/, const at::Tensor& /*step*/,
+                                  const at::Tensor& /*q*/, at::Tensor& /*decision*/) {}
+  // What a device decision saw, reported once the step has run (the τ sweep's log).
+  virtual void similarity_seen(int64_t /*layer*/, int64_t /*step*/, float /*similarity*/) {}
+
   // Scores [H, U] f32 of units from q [H * g, d] and index [H, U, I]; higher is kept first.
-  virtual at::Tensor score(const at::Tensor& q, const at::Tensor& index) const = 0;
+  // `live` (optional, [U] bool): only those units exist; the rest score -inf (a recorded step
+  // scores a fixed capacity of units, of which the first ones are in use).
+  at::Tensor score(const at::Tensor& q, const at::Tensor& index) const {
+    return score(q, index, at::Tensor());
+  }
+  virtual at::Tensor score(const at::Tensor& q, const at::Tensor& index,
+                           const at::Tensor& live) const = 0;
   // How generated tokens leave the local window: 0 = whole temporal segments, split where the
   // layer retrieved (LouisKV); n > 0 = pages of n tokens (Quest).
   virtual int64_t page_tokens() const { return 0; }

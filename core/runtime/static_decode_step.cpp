@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/kv/retrieval_kv_source.h"
 #include "core/runtime/decoder_layer.h"
 #include "gpu/decode_attention.h"
 #include "gpu/rope_kv_write.h"
@@ -39,6 +40,13 @@ void StaticDecodeStep::bind(KvCache& cache) {
   next_id_ = at::zeros({rows}, on_device.dtype(at::kLong));
   recorded_rows_ = rows;
   recorded_capacity_ = -1;  // new buffers: record again
+}
+
+void StaticDecodeStep::attach(RetrievalKvSource* source) {
+  if (source && (cache_->batch() != 1 || !source->recordable()))
+    throw std::invalid_argument(
+        "StaticDecodeStep::attach: a one-row cache and a recordable source");
+  retrieval_ = source;
 }
 
 const at::Tensor& StaticDecodeStep::step(int64_t token, int64_t position) {
@@ -82,15 +90,22 @@ const at::Tensor& StaticDecodeStep::step_rows(const std::vector<int64_t>& tokens
     s[2 * rows + b] = cache.lengths()[b];
   }
   inputs_.copy_(staged, /*non_blocking=*/true);
+  if (retrieval_) retrieval_->before_recorded_step();
 
   const at::Tensor full_keys = cache.keys(0, cache.capacity() - cache.max_length());
   const at::Tensor valid = cache.key_valid(0);
   const void* valid_storage = valid.defined() ? valid.data_ptr() : nullptr;
+  const int64_t retrieval_version = retrieval_ ? retrieval_->recording_version() : -1;
+  bool ran = false;
   if (cache.capacity() != recorded_capacity_ || full_keys.data_ptr() != recorded_storage_ ||
-      valid_storage != recorded_valid_) {
-    record();
+      valid_storage != recorded_valid_ || retrieval_ != recorded_retrieval_ ||
+      retrieval_version != recorded_retrieval_version_) {
+    ran = record();
   }
-  graph_.replay();
+  // The recorded work is not idempotent with a retrieval source (a policy's previous queries), so
+  // a capture's warm-up counts as this step's run.
+  if (!ran) graph_.replay();
+  if (retrieval_) retrieval_->after_recorded_step();
   for (int64_t b = 0; b < rows; ++b) {
     if (advance[b]) cache.commit_row(b, positions[b]);
   }
@@ -107,7 +122,7 @@ std::vector<int64_t> StaticDecodeStep::greedy_tokens() const {
   return {p, p + ids.numel()};
 }
 
-void StaticDecodeStep::record() {
+bool StaticDecodeStep::record() {
   const ModelConfig& c = decoder_.config();
   KvCache& cache = *cache_;
   const int64_t capacity = cache.capacity();
@@ -136,7 +151,10 @@ void StaticDecodeStep::record() {
   recorded_storage_ = keys_[0].data_ptr();
   recorded_valid_ = key_valid_[0].defined() ? key_valid_[0].data_ptr() : nullptr;
   recorded_addresses_ = addresses(cache);
+  recorded_retrieval_ = retrieval_;
+  recorded_retrieval_version_ = retrieval_ ? retrieval_->recording_version() : -1;
   ++recordings_;
+  return graph_.is_cuda();
 }
 
 std::vector<const void*> StaticDecodeStep::addresses(const KvCache& cache) const {
@@ -186,6 +204,13 @@ void StaticDecodeStep::run() {
         gpu::rope_kv_write(p.q[b].reshape({hq, hd}), p.k[b].reshape({hkv, hd}),
                            p.v[b].reshape({hkv, hd}), cos[b], sin[b], slot[b], q_out, key_rows,
                            value_rows);
+      }
+      if (retrieval_ && retrieval_->retrieves_at(li)) {
+        return retrieval_
+            ->recorded_layer(li, q_rot, p.q[0].reshape({hq, hd}), p.k[0].reshape({hkv, hd}),
+                             p.v[0].reshape({hkv, hd}), cos[0], sin[0], row_positions, window,
+                             scale)
+            .view({rows, hq, 1, hd});
       }
       return gpu::decode_attention(q_rot, keys_[li], values_[li], key_positions_, key_valid_[li],
                                    row_positions, last_slots, window, scale)

@@ -18,8 +18,13 @@
 // next step overwrites, so its length and its stored KV stay as they were.
 //
 // It runs the same layer code as Decoder::forward (core/runtime/decoder_layer.h); only attention
-// differs (fused RoPE + KV write at the device slot, a masked matmul over the whole capacity).
+// differs (fused RoPE + KV write at the device slot, gpu::decode_attention over the capacity).
 // Layer timelines and attention probes need the per-layer path and are not offered here.
+//
+// Decode-time retrieval (LouisKV, Quest; attach()): the cache is the conversation's working set
+// (every token still lands there) and the source's retrieval layers attend to their device region
+// instead, deciding, selecting and gathering inside the recording
+// (RetrievalKvSource::recorded_layer); the source's host work runs around each replay.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,6 +37,8 @@
 #include "gpu/cuda_graph.h"
 
 namespace engram {
+
+class RetrievalKvSource;  // core/kv/retrieval_kv_source.h
 
 // Slots to allocate for a cache that a recorded step will serve: `slots` with a quarter more,
 // rounded up to 256 (every new capacity is a new recording, which costs tens to hundreds of
@@ -47,6 +54,10 @@ class StaticDecodeStep {
   // Steps over `cache` from now on (recorded again at the next step when its storage differs).
   void bind(KvCache& cache);
   KvCache& cache() const { return *cache_; }
+  // Serves the retrieval layers of `source` (built over the bound cache, which it mirrors into;
+  // source->recordable()) from now on; nullptr: plain decode again. One-row caches only. The
+  // source must outlive its use; attach(nullptr) before it goes.
+  void attach(RetrievalKvSource* source);
   const Decoder& decoder() const { return decoder_; }
 
   // Runs `token` at RoPE position `position`, writing its KV at the row's current length and
@@ -71,7 +82,8 @@ class StaticDecodeStep {
   int64_t recordings() const { return recordings_; }
 
  private:
-  void record();
+  // Records the step; returns whether that already ran it (the capture's warm-up on CUDA).
+  bool record();
   void run();
 
   const Decoder& decoder_;
@@ -95,6 +107,9 @@ class StaticDecodeStep {
   std::vector<const void*> recorded_addresses_;
   std::vector<const void*> addresses(const KvCache& cache) const;
   int64_t recordings_ = 0;
+  RetrievalKvSource* retrieval_ = nullptr;
+  const RetrievalKvSource* recorded_retrieval_ = nullptr;
+  int64_t recorded_retrieval_version_ = -1;
 };
 
 }  // namespace engram
