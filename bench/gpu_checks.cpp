@@ -19,6 +19,9 @@
 #include "core/kv/cache_kv_source.h"
 #include "core/kv/kv_unit_pool.h"
 #include "core/kv/pinned_kv_source.h"
+#include "core/kv/retrieval_kv_source.h"
+#include "core/policies/louiskv_policy.h"
+#include "core/policies/page_retrieval_policy.h"
 #include "core/runtime/attention.h"
 #include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
@@ -594,6 +597,89 @@ nlohmann::json check_louiskv_kernels(bool& ok) {
   }
   return out;
 }
+// Decode-time retrieval in the recorded step (a CUDA graph; the policy decides on the device)
+// against the per-layer path that decides on the host, on a random-weight model in f32: the same
+// logits, decisions, offloads and rows loaded, for LouisKV adaptive (a τ at which some steps
+// retrieve), LouisKV with a fixed stride and Quest, with a window that keeps offloading and a
+// budget far below the pool.
+nlohmann::json check_recorded_retrieval(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  LoadedModel m = load_model({"", "qwen2.5-0.5b", 4}, choose_device("cuda", "f32"), {});
+  const Decoder& d = *m.decoder;
+  const ModelConfig& c = d.config();
+  const int64_t n = 900, steps = 96;
+  std::vector<int64_t> prompt(n), fed(steps);
+  for (int64_t i = 0; i < n; ++i)
+    prompt[i] = 3 + (i * 7919) % 30000;
+  for (int64_t i = 0; i < steps; ++i)
+    fed[i] = 5 + (i * 104729) % 30000;
+  RetrievalSettings s;
+  s.sinks = 16;
+  s.window = 32;
+  s.budget = 128;
+  s.full_layers = 1;
+  for (const std::string name : {"louiskv:tau=10", "louiskv:stride=4", "pageretrieval:page=8"}) {
+    const auto make = [&]() -> std::unique_ptr<RetrievalPolicy> {
+      if (name == "pageretrieval:page=8") return std::make_unique<PageRetrievalPolicy>(8, s);
+      LouisKvOptions o;
+      o.tau = 0.1;
+      if (name == "louiskv:stride=4") o.stride = 4;
+      return std::make_unique<LouisKvPolicy>(o, s);
+    };
+    const auto run = [&](bool recorded, RetrievalPolicy& policy, RetrievalStats& stats) {
+      KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1, n + steps + 1, d.dtype(),
+                    d.device());
+      gpu::DeviceTimeline tl(d.device());
+      prefill(d, cache, prompt, 512, tl, nullptr);
+      RetrievalKvSource source(policy, cache, steps, &cache);
+      StaticDecodeStep step(d, cache);
+      if (recorded) step.attach(&source);
+      std::vector<at::Tensor> logits;
+      for (int64_t i = 0; i < steps; ++i) {
+        if (recorded) {
+          logits.push_back(step.step(fed[i], n + i).cpu());
+          continue;
+        }
+        ForwardRequest req;
+        req.phase = ForwardPhase::kDecode;
+        req.tokens = {{fed[i]}};
+        req.positions = {{n + i}};
+        logits.push_back(d.forward(req, source, tl, nullptr).logits.view({-1}).cpu());
+      }
+      step.attach(nullptr);
+      stats = source.stats();
+      return logits;
+    };
+    const auto per_layer_policy = make(), recorded_policy = make();
+    RetrievalStats a, b;
+    const auto want = run(false, *per_layer_policy, a);
+    const auto got = run(true, *recorded_policy, b);
+    double err = 0;
+    for (int64_t i = 0; i < steps; ++i)
+      err = std::max(err, (got[i] - want[i]).abs().max().item<double>());
+    const bool same = a.retrievals == b.retrievals && a.offloaded_units == b.offloaded_units &&
+                      a.loaded_rows == b.loaded_rows;
+    const bool pass = err <= 1e-3 && same && b.offloaded_units > 0;
+    ok = ok && pass;
+    std::fprintf(stderr,
+                 "%s recorded retrieval vs per-layer, %s (f32, %lld in, %lld steps): max logit "
+                 "diff %.2e, retrievals %lld/%lld, offloaded units %lld/%lld\n",
+                 pass ? "PASS" : "FAIL", name.c_str(), static_cast<long long>(n),
+                 static_cast<long long>(steps), err, static_cast<long long>(b.retrievals),
+                 static_cast<long long>(a.retrievals), static_cast<long long>(b.offloaded_units),
+                 static_cast<long long>(a.offloaded_units));
+    out.push_back({{"policy", name},
+                   {"max_abs_logit_error", err},
+                   {"tolerance", 1e-3},
+                   {"retrievals_recorded", b.retrievals},
+                   {"retrievals_per_layer", a.retrievals},
+                   {"offloaded_units_recorded", b.offloaded_units},
+                   {"offloaded_units_per_layer", a.offloaded_units},
+                   {"pass", pass}});
+  }
+  return out;
+}
+
 // The split-slot decode attention kernel (gpu/decode_attention.h) against its reference body on
 // the device (f32 matmuls): dtypes, head dims, group sizes, holes, windows, per-head valid slots,
 // rows of different lengths, never-written slots holding NaN. Then its speed on the 3B shape
@@ -880,6 +966,13 @@ int main(int argc, char** argv) {
   out["pinned_host_source"] = check_pinned_source(shape, prefix, tokens, ok);
   out["paged_pool"] = check_page_pool(ok);
   out["batched_recorded_step"] = check_batched_step(ok);
+  try {
+    out["recorded_retrieval"] = check_recorded_retrieval(ok);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAIL recorded retrieval threw: %s\n", e.what());
+    out["recorded_retrieval"] = {{"error", e.what()}};
+    ok = false;
+  }
   try {
     out["decode_attention"] = check_decode_attention(ok);
   } catch (const std::exception& e) {

@@ -6,9 +6,10 @@
 #     covers the pool, a retrieval at every step, a 4-token window that keeps offloading and no
 #     full layers (must be identical in f32; bf16 reported), on every fixture;
 #  3. per-token decode latency, llama3.1-8b shape (random weights) bf16: 32K in / 512 out for full
-#     KV (recorded graph and per-layer), louiskv (adaptive tau 0.7, and fixed stride 16) and
-#     pageretrieval at B=1024, retrievals per token and device KV bytes; then the long-output case
-#     (500 in / LONG_OUT out) when time is left.
+#     KV (recorded graph; per-layer with PHASES containing perlayerfull), louiskv (adaptive tau
+#     0.7, and fixed stride 16) and pageretrieval at B=1024 in the recorded step, louiskv on the
+#     per-layer path beside them, retrievals per token and device KV bytes; then the long-output
+#     case (500 in / LONG_OUT out) when time is left.
 #   ENGRAM_COMMIT=<sha> OUT=<dir> [LONG_OUT=2048] [PHASES="checks rows latency long"] bash bench/run_device_louiskv.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
@@ -49,15 +50,17 @@ bench() {  # name, timeout, args...
 }
 if [[ $PHASES == *latency* ]]; then
   L="--tokens 32768 --decode-tokens 512"
+  # Retrieval policies decode in the recorded step (the decision on the device) unless --per-layer.
   bench in32k-full-graph 150 $L --policy full
-  bench in32k-full-per-layer 150 $L --policy full --per-layer
   bench in32k-louiskv-b1024 150 $L --policy louiskv:tau=70,sinks=64,window=256,budget=1024
   bench in32k-louiskv-stride16-b1024 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024
   bench in32k-pageretrieval-b1024 150 $L --policy pageretrieval:sinks=64,window=256,budget=1024
+  bench in32k-louiskv-b1024-per-layer 150 $L --policy louiskv:tau=70,sinks=64,window=256,budget=1024 --per-layer
+  [[ $PHASES == *perlayerfull* ]] && bench in32k-full-per-layer 150 $L --policy full --per-layer
 fi
 if [[ $PHASES == *long* ]]; then
   L="--tokens 500 --decode-tokens ${LONG_OUT:-2048}"
-  bench out-full-per-layer 200 $L --policy full --per-layer
-  bench out-louiskv-b1024 200 $L --policy louiskv:tau=70,sinks=500,window=128,budget=1024
-  bench out-pageretrieval-b1024 200 $L --policy pageretrieval:sinks=500,window=128,budget=1024
+  bench out-full-graph 300 $L --policy full
+  bench out-louiskv-b1024 300 $L --policy louiskv:tau=70,sinks=500,window=128,budget=1024
+  bench out-pageretrieval-b1024 300 $L --policy pageretrieval:sinks=500,window=128,budget=1024
 fi

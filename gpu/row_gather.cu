@@ -66,14 +66,20 @@ void gather_paged_rows_cuda(at::Tensor& keys, at::Tensor& values, const at::Tens
   const int64_t total = 2 * heads * picked * row_vecs;
   if (total == 0) return;
   const void* from = slab.data_ptr();
-  if (!slab.is_cuda()) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+  if (!slab.is_cuda() && capturing == cudaStreamCaptureStatusNone) {
+    // Inside a recording (the recorded decode step) the host address is used as it is: pinned
+    // memory is mapped at the same address under unified addressing, and a runtime query there
+    // could invalidate the capture.
     void* mapped = nullptr;
     C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, slab.data_ptr(), 0));
     from = mapped;
   }
   const int64_t blocks =
       std::min<int64_t>(kGatherBlocks, (total + kGatherThreads - 1) / kGatherThreads);
-  gather_paged_rows_kernel<<<blocks, kGatherThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
+  gather_paged_rows_kernel<<<blocks, kGatherThreads, 0, stream>>>(
       static_cast<const uint4*>(from), static_cast<uint4*>(keys.data_ptr()),
       static_cast<uint4*>(values.data_ptr()), t.data_ptr<int64_t>(), r.data_ptr<int64_t>(),
       t.numel(), heads, picked, slab.size(4), row_vecs, layer, slab.size(1),
