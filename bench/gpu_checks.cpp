@@ -613,25 +613,36 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
     prompt[i] = 3 + (i * 7919) % 30000;
   for (int64_t i = 0; i < steps; ++i)
     fed[i] = 5 + (i * 104729) % 30000;
-  RetrievalSettings s;
-  s.sinks = 16;
-  s.window = 32;
-  s.budget = 128;
-  s.full_layers = 1;
-  for (const std::string name : {"louiskv:tau=10", "louiskv:stride=4", "pageretrieval:page=8"}) {
+  struct Case {
+    std::string name;
+    double tau;
+    int64_t stride, page, window;
+  };
+  const std::vector<Case> cases{{"louiskv:tau=10", 0.1, 0, 0, 32},
+                                {"louiskv:tau=50", 0.5, 0, 0, 32},
+                                {"louiskv:stride=4", 0, 4, 0, 32},
+                                {"louiskv:stride=4,window=256", 0, 4, 0, 256},
+                                {"pageretrieval:page=8", 0, 0, 8, 32}};
+  for (const Case& k : cases) {
+    RetrievalSettings s;
+    s.sinks = 16;
+    s.window = k.window;
+    s.budget = 128;
+    s.full_layers = 1;
     const auto make = [&]() -> std::unique_ptr<RetrievalPolicy> {
-      if (name == "pageretrieval:page=8") return std::make_unique<PageRetrievalPolicy>(8, s);
+      if (k.page > 0) return std::make_unique<PageRetrievalPolicy>(k.page, s);
       LouisKvOptions o;
-      o.tau = 0.1;
-      if (name == "louiskv:stride=4") o.stride = 4;
+      o.tau = k.tau;
+      o.stride = k.stride;
       return std::make_unique<LouisKvPolicy>(o, s);
     };
-    const auto run = [&](bool recorded, RetrievalPolicy& policy, RetrievalStats& stats) {
+    const auto run = [&](bool recorded, RetrievalStats& stats) {
+      const auto policy = make();
       KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1, n + steps + 1, d.dtype(),
                     d.device());
       gpu::DeviceTimeline tl(d.device());
       prefill(d, cache, prompt, 512, tl, nullptr);
-      RetrievalKvSource source(policy, cache, steps, &cache);
+      RetrievalKvSource source(*policy, cache, steps, &cache);
       StaticDecodeStep step(d, cache);
       if (recorded) step.attach(&source);
       std::vector<at::Tensor> logits;
@@ -650,26 +661,38 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
       stats = source.stats();
       return logits;
     };
-    const auto per_layer_policy = make(), recorded_policy = make();
-    RetrievalStats a, b;
-    const auto want = run(false, *per_layer_policy, a);
-    const auto got = run(true, *recorded_policy, b);
-    double err = 0;
-    for (int64_t i = 0; i < steps; ++i)
-      err = std::max(err, (got[i] - want[i]).abs().max().item<double>());
+    RetrievalStats a, a2, b, b2;
+    const auto want = run(false, a);
+    const auto again = run(false, a2);
+    const auto got = run(true, b);
+    const auto got2 = run(true, b2);
+    double err = 0, repeat = 0;
+    int64_t first = -1;
+    for (int64_t i = 0; i < steps; ++i) {
+      const double e = std::max((got[i] - want[i]).abs().max().item<double>(),
+                                (got2[i] - want[i]).abs().max().item<double>());
+      if (e > 1e-3 && first < 0) first = i;
+      err = std::max(err, e);
+      repeat = std::max(repeat, (again[i] - want[i]).abs().max().item<double>());
+    }
     const bool same = a.retrievals == b.retrievals && a.offloaded_units == b.offloaded_units &&
                       a.loaded_rows == b.loaded_rows;
-    const bool pass = err <= 1e-3 && same && b.offloaded_units > 0;
+    const bool pass = err <= 1e-3 && same;
     ok = ok && pass;
     std::fprintf(stderr,
-                 "%s recorded retrieval vs per-layer, %s (f32, %lld in, %lld steps): max logit "
-                 "diff %.2e, retrievals %lld/%lld, offloaded units %lld/%lld\n",
-                 pass ? "PASS" : "FAIL", name.c_str(), static_cast<long long>(n),
-                 static_cast<long long>(steps), err, static_cast<long long>(b.retrievals),
-                 static_cast<long long>(a.retrievals), static_cast<long long>(b.offloaded_units),
+                 "%s recorded retrieval (run twice) vs per-layer, %s (f32, %lld in, %lld steps): "
+                 "max logit diff %.2e (first step over 1e-3: %lld; per-layer run twice: %.2e), "
+                 "retrievals "
+                 "%lld/%lld, offloaded units %lld/%lld\n",
+                 pass ? "PASS" : "FAIL", k.name.c_str(), static_cast<long long>(n),
+                 static_cast<long long>(steps), err, static_cast<long long>(first), repeat,
+                 static_cast<long long>(b.retrievals), static_cast<long long>(a.retrievals),
+                 static_cast<long long>(b.offloaded_units),
                  static_cast<long long>(a.offloaded_units));
-    out.push_back({{"policy", name},
+    out.push_back({{"policy", k.name},
                    {"max_abs_logit_error", err},
+                   {"first_step_over_tolerance", first},
+                   {"per_layer_repeat_error", repeat},
                    {"tolerance", 1e-3},
                    {"retrievals_recorded", b.retrievals},
                    {"retrievals_per_layer", a.retrievals},
@@ -936,9 +959,10 @@ nlohmann::json check_batched_step(bool& ok) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string json_path, shape = "qwen2.5-7b";
+  std::string json_path, shape = "qwen2.5-7b", only;
   int64_t prefix = 4096, tokens = 256;
   for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--only")) only = argv[i + 1];
     if (!std::strcmp(argv[i], "--json")) json_path = argv[i + 1];
     if (!std::strcmp(argv[i], "--shape")) shape = argv[i + 1];
     if (!std::strcmp(argv[i], "--prefix")) prefix = std::stoll(argv[i + 1]);
@@ -951,6 +975,14 @@ int main(int argc, char** argv) {
   bool ok = true;
   nlohmann::json out;
   out["device"] = gpu::device_info(at::Device(at::kCUDA, 0)).name;
+  if (only == "recorded_retrieval") {
+    // Three times: a race between the recording and the host work around it would show as a
+    // run that differs.
+    for (int rep = 0; rep < 3; ++rep)
+      out["recorded_retrieval"].push_back(check_recorded_retrieval(ok));
+    std::printf("%s\n", out.dump(2).c_str());
+    return ok ? 0 : 1;
+  }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);

@@ -217,7 +217,7 @@ class LouisKvTest : public QObject {
   // the recorded function itself, so this checks the recording's logic in CI.
   void recordedStepMatchesThePerLayerPath() {
     const Decoder& decoder = models_.decoder("llama-gqa");
-    const auto prompt = test::token_ids(90, 7), fed = test::token_ids(40, 8);
+    const auto prompt = test::token_ids(400, 7), fed = test::token_ids(96, 8);
     const auto n = static_cast<int64_t>(prompt.size()), steps = static_cast<int64_t>(fed.size());
     for (int kind = 0; kind < 3; ++kind) {
       const auto make = [&]() -> std::unique_ptr<RetrievalPolicy> {
@@ -225,9 +225,9 @@ class LouisKvTest : public QObject {
         // Adaptive, at a τ where some steps retrieve and some do not (this fixture's random weights
         // give r_t spread around 0).
         o.tau = 0.1;
-        if (kind == 1) o.stride = 3;
-        if (kind < 2) return std::make_unique<LouisKvPolicy>(o, settings(4, 8, 12, 1));
-        return std::make_unique<PageRetrievalPolicy>(4, settings(4, 8, 12, 1));
+        if (kind == 1) o.stride = 4;
+        if (kind < 2) return std::make_unique<LouisKvPolicy>(o, settings(16, 32, 128, 1));
+        return std::make_unique<PageRetrievalPolicy>(8, settings(16, 32, 128, 1));
       };
       const std::string what = "kind " + std::to_string(kind);
       const auto per_layer_policy = make(), recorded_policy = make();

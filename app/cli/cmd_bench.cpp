@@ -159,6 +159,11 @@ int run_bench(int argc, char** argv) {
           static_cast<double>(retrieval.loaded_rows) / static_cast<double>(retrieval.steps);
       out["device_kv_bytes"] = retrieval.device_kv_bytes;
       out["pool_bytes"] = retrieval.pool_bytes;
+      out["recorded_steps"] = retrieval.recorded_steps;
+      out["recorded_host_ms_per_token"] =
+          retrieval.recorded_steps ? retrieval.host_ms / double(retrieval.recorded_steps) : 0.0;
+      out["recorded_wait_ms_per_token"] =
+          retrieval.recorded_steps ? retrieval.wait_ms / double(retrieval.recorded_steps) : 0.0;
       out["device_kv_fraction_of_full"] = retrieval.device_kv_bytes / full_kv_bytes;
     } else {
       out["device_kv_bytes"] = full_kv_bytes;

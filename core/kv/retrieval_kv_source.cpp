@@ -1,5 +1,6 @@
 #include "core/kv/retrieval_kv_source.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -17,6 +18,10 @@ namespace {
 // Rows per pool page: a budget's gather reads single rows, so the page size only sets how
 // finely the pool grows and how many table entries a segment's write takes.
 constexpr int64_t kPoolPageRows = 64;
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 int64_t bytes(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
@@ -271,6 +276,7 @@ void RetrievalKvSource::before_recorded_step() {
     throw std::out_of_range("retrieval: the source was built for " + std::to_string(max_new_) +
                             " decode steps");
   }
+  const auto t0 = std::chrono::steady_clock::now();
   const auto layers = static_cast<int64_t>(layers_.size());
   at::Tensor host = recorded_inputs_.is_cuda() ? gpu::empty_pinned({1 + layers}, at::kLong)
                                                : at::empty({1 + layers}, at::kLong);
@@ -295,6 +301,7 @@ void RetrievalKvSource::before_recorded_step() {
     ++recording_version_;
   }
   recorded_inputs_.copy_(host, /*non_blocking=*/true);
+  stats_.host_ms += ms_since(t0);
 }
 
 at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_rot,
@@ -333,7 +340,9 @@ at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_
 
 void RetrievalKvSource::after_recorded_step() {
   const RetrievalSettings& s = policy_.settings();
+  const auto t0 = std::chrono::steady_clock::now();
   const at::Tensor decided = decisions_.cpu();  // the step's one sync besides its token
+  stats_.wait_ms += ms_since(t0);
   const float* d = decided.data_ptr<float>();
   for (int64_t li = 0; li < static_cast<int64_t>(layers_.size()); ++li) {
     if (!retrieves_at(li)) continue;
@@ -351,6 +360,7 @@ void RetrievalKvSource::after_recorded_step() {
   }
   ++step_;
   ++stats_.steps;
+  ++stats_.recorded_steps;
 }
 
 AttendKv RetrievalKvSource::attend(const Layer& l, int64_t slots, int64_t position) const {

@@ -59,6 +59,11 @@ struct RetrievalStats {
   int64_t offloaded_units = 0;  // temporal segments / pages moved to the pool
   int64_t device_kv_bytes = 0;  // KV and indexes held on the compute device for attention
   int64_t pool_bytes = 0;       // KV in the pool
+  // The recorded step's share (static_decode_step.h): steps it served, host milliseconds spent
+  // before its replays (window offloads, inputs) and waiting for its decisions (the step's device
+  // time, mostly).
+  int64_t recorded_steps = 0;
+  double host_ms = 0, wait_ms = 0;
   // Adds a later source's counts (the runner rebuilds the pool after a plan).
   void add(const RetrievalStats& o) {
     steps += o.steps;
@@ -68,6 +73,9 @@ struct RetrievalStats {
     offloaded_units += o.offloaded_units;
     device_kv_bytes = std::max(device_kv_bytes, o.device_kv_bytes);
     pool_bytes = std::max(pool_bytes, o.pool_bytes);
+    recorded_steps += o.recorded_steps;
+    host_ms += o.host_ms;
+    wait_ms += o.wait_ms;
   }
   // Retrievals per retrieval layer and decode step.
   double retrievals_per_token() const {
