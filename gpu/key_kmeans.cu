@@ -119,19 +119,14 @@ __global__ void kmeans_assign_kernel(const T* keys, const float* centroids, int6
   }
 }
 
-// One warp per key: its unit vector is added to its cluster's sum (the reference's
-// scatter_add of unit_rows). Float atomics make the summation order vary from run to run,
-// by rounding only.
+// One warp per key: 1 / its norm (the reference's unit rows), for the sums below.
 template <typename T>
-__global__ void kmeans_accumulate_kernel(const T* keys, const int64_t* assignment, float* sums,
-                                         int64_t heads, int64_t n, int64_t k, int64_t d) {
+__global__ void kmeans_inverse_norm_kernel(const T* keys, float* inverse, int64_t items,
+                                           int64_t d) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
   for (int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-       item < heads * n; item += warps) {
-    const int64_t head = item / n;
-    const int64_t cluster = assignment[item];
-    if (cluster < 0 || cluster >= k) continue;  // checked on the host; never written out of place
+       item < items; item += warps) {
     const T* key = keys + item * d;
     float square = 0.f;
     for (int64_t i = lane; i < d; i += 32) {
@@ -140,10 +135,30 @@ __global__ void kmeans_accumulate_kernel(const T* keys, const int64_t* assignmen
     }
     for (int offset = 16; offset > 0; offset /= 2)
       square += __shfl_xor_sync(0xffffffff, square, offset);
-    const float inv = 1.f / fmaxf(sqrtf(square), 1e-12f);
-    float* sum = sums + (head * k + cluster) * d;
-    for (int64_t i = lane; i < d; i += 32)
-      atomicAdd(sum + i, to_f(key[i]) * inv);
+    if (lane == 0) inverse[item] = 1.f / fmaxf(sqrtf(square), 1e-12f);
+  }
+}
+
+// One thread per (head, cluster, dimension): the sum of the cluster's unit keys in text order
+// (members[] lists each head's keys sorted by cluster, stably). A fixed order makes the update,
+// and so the clustering and LouisKV's units, the same from run to run; float atomics did not
+// (their order varied, and on random weights a rounding flip moved keys between clusters).
+template <typename T>
+__global__ void kmeans_cluster_sum_kernel(const T* keys, const float* inverse,
+                                          const int64_t* members, const int64_t* starts,
+                                          const int64_t* counts, float* sums, int64_t heads,
+                                          int64_t n, int64_t k, int64_t d) {
+  const int64_t total = heads * k * d;
+  for (int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; item < total;
+       item += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t dim = item % d, cluster = item / d, head = cluster / k;
+    const int64_t* member = members + head * n + starts[cluster];
+    float sum = 0.f;
+    for (int64_t m = 0; m < counts[cluster]; ++m) {
+      const int64_t key = head * n + member[m];
+      sum += to_f(keys[key * d + dim]) * inverse[key];
+    }
+    sums[item] = sum;
   }
 }
 
@@ -193,12 +208,25 @@ void launch_assign(const at::Tensor& keys, const at::Tensor& centroids, at::Tens
 }
 
 template <typename T>
-void launch_accumulate(const at::Tensor& keys, const at::Tensor& assignment, at::Tensor& sums) {
+void launch_cluster_sums(const at::Tensor& keys, const at::Tensor& assignment, at::Tensor& sums) {
   const int64_t heads = keys.size(0), n = keys.size(1), d = keys.size(2), k = sums.size(1);
-  kmeans_accumulate_kernel<T>
-      <<<warp_blocks(heads * n), kWarpThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
-          reinterpret_cast<const T*>(keys.data_ptr()), assignment.data_ptr<int64_t>(),
-          sums.data_ptr<float>(), heads, n, k, d);
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  at::Tensor inverse = at::empty({heads, n}, keys.options().dtype(at::kFloat));
+  kmeans_inverse_norm_kernel<T><<<warp_blocks(heads * n), kWarpThreads, 0, stream>>>(
+      reinterpret_cast<const T*>(keys.data_ptr()), inverse.data_ptr<float>(), heads * n, d);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  // Each head's keys by cluster (a stable sort keeps text order inside a cluster); integer
+  // counts are exact whatever order they add in.
+  const at::Tensor members = std::get<1>(assignment.sort(/*stable=*/true, 1, false)).contiguous();
+  at::Tensor counts = at::zeros({heads, k}, assignment.options());
+  counts.scatter_add_(1, assignment, at::ones_like(assignment));
+  const at::Tensor starts = (counts.cumsum(1) - counts).contiguous();
+  const int64_t total = heads * k * d;
+  const int64_t blocks = std::min<int64_t>((total + kWarpThreads - 1) / kWarpThreads, 65536);
+  kmeans_cluster_sum_kernel<T><<<blocks, kWarpThreads, 0, stream>>>(
+      reinterpret_cast<const T*>(keys.data_ptr()), inverse.data_ptr<float>(),
+      members.data_ptr<int64_t>(), starts.data_ptr<int64_t>(), counts.data_ptr<int64_t>(),
+      sums.data_ptr<float>(), heads, n, k, d);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -247,13 +275,13 @@ at::Tensor kmeans_update_cuda(const at::Tensor& keys, const at::Tensor& assignme
   if (a.numel() && k.size(2)) {
     switch (k.scalar_type()) {
       case at::kFloat:
-        launch_accumulate<float>(k, a, sums);
+        launch_cluster_sums<float>(k, a, sums);
         break;
       case at::kBFloat16:
-        launch_accumulate<__nv_bfloat16>(k, a, sums);
+        launch_cluster_sums<__nv_bfloat16>(k, a, sums);
         break;
       default:
-        launch_accumulate<__half>(k, a, sums);
+        launch_cluster_sums<__half>(k, a, sums);
         break;
     }
   }
