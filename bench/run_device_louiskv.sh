@@ -11,6 +11,7 @@
 #     per-layer path beside them, retrievals per token and device KV bytes; then the long-output
 #     case (500 in / LONG_OUT out) when time is left.
 #   ENGRAM_COMMIT=<sha> OUT=<dir> [LONG_OUT=2048] [PHASES="checks rows latency long"] bash bench/run_device_louiskv.sh
+# (PHASES=quickchecks: only the recorded-retrieval and LouisKV scoring checks of engram-gpu-checks)
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
 R=$OUT/louiskv
@@ -23,10 +24,16 @@ finish() { tar -C "$TOP" -czf "$TOP/louiskv.tar.gz" louiskv && rm -rf "$R"; }
 trap finish EXIT
 OUT=$R DEVICE_TARGETS=engram-gpu-checks source bench/device_build.sh
 OUT=$TOP
-if [[ $PHASES == *checks* ]]; then
+if [[ " $PHASES " == *" checks "* ]]; then
   $B/bench/engram-gpu-checks --json "$R/gpu_checks.json" > "$R/gpu_checks.log" 2>&1
   echo "gpu checks rc=$?"; grep -E "FAIL|TIME" "$R/gpu_checks.log" | head -20
   grep -c "PASS louiskv" "$R/gpu_checks.log"
+fi
+if [[ $PHASES == *quickchecks* ]]; then
+  # Only the recorded-retrieval comparison (three times) and the LouisKV scoring kernels.
+  $B/bench/engram-gpu-checks --only recorded_retrieval --json "$R/gpu_checks_recorded.json" > "$R/gpu_checks_recorded.log" 2>&1
+  echo "recorded retrieval checks rc=$?"; grep -E "FAIL|TIME" "$R/gpu_checks_recorded.log" | head -20
+  echo "PASS $(grep -c PASS "$R/gpu_checks_recorded.log")"
 fi
 if [[ $PHASES == *rows* ]]; then
   cover="sinks=4,window=4,budget=4096,full_layers=0"

@@ -27,9 +27,9 @@ __device__ bool comes_first(float score_a, int index_a, float score_b, int index
 // last), prefix-sum the sorted sizes into ends[h, :] (inclusive; a global scratch, as shared
 // memory holds the sort), then every output position finds its unit by binary search on ends.
 __global__ void budgeted_select_kernel(const float* scores, const int64_t* sizes,
-                                       const int64_t* offsets, int64_t units, int padded,
-                                       int64_t budget, const bool* enabled, int64_t* ends,
-                                       int64_t* rows) {
+                                       const int64_t* offsets, int64_t units, int64_t size_stride,
+                                       int64_t offset_stride, int padded, int64_t budget,
+                                       const bool* enabled, int64_t* ends, int64_t* rows) {
   if (enabled && !*enabled) return;  // the policy decided on the device not to retrieve
   extern __shared__ int64_t shared[];
   int64_t* partial = shared;                                        // [kSelectThreads]
@@ -38,8 +38,8 @@ __global__ void budgeted_select_kernel(const float* scores, const int64_t* sizes
 
   const int64_t head = blockIdx.x;
   const float* score = scores + head * units;
-  const int64_t* size = sizes + head * units;
-  const int64_t* offset = offsets + head * units;
+  const int64_t* size = sizes + head * size_stride;
+  const int64_t* offset = offsets + head * offset_stride;
   int64_t* end = ends + head * units;
   int64_t* out = rows + head * budget;
 
@@ -140,7 +140,12 @@ at::Tensor budgeted_select_rows_cuda(const at::Tensor& scores, const at::Tensor&
   if (rows.numel() == 0) return rows;
   if (units == 0) return rows.fill_(-1);
   const at::Tensor s = scores.to(at::kFloat).contiguous();
-  const at::Tensor n = sizes.to(device).contiguous(), o = offsets.to(device).contiguous();
+  // Rows of a wider table (a recorded step's first units of a fixed capacity) are read in place.
+  const auto rows_in_place = [&](const at::Tensor& t) {
+    const at::Tensor on = t.to(device);
+    return on.stride(1) == 1 ? on : on.contiguous();
+  };
+  const at::Tensor n = rows_in_place(sizes), o = rows_in_place(offsets);
   at::Tensor ends = at::empty({heads, units}, rows.options());
   int padded = 1;
   while (padded < units)
@@ -153,9 +158,9 @@ at::Tensor budgeted_select_rows_cuda(const at::Tensor& scores, const at::Tensor&
                                         static_cast<int>(shared)));
   }
   budgeted_select_kernel<<<heads, kSelectThreads, shared, at::cuda::getCurrentCUDAStream()>>>(
-      s.data_ptr<float>(), n.data_ptr<int64_t>(), o.data_ptr<int64_t>(), units, padded, budget,
-      enabled.defined() ? enabled.data_ptr<bool>() : nullptr, ends.data_ptr<int64_t>(),
-      rows.data_ptr<int64_t>());
+      s.data_ptr<float>(), n.data_ptr<int64_t>(), o.data_ptr<int64_t>(), units, n.stride(0),
+      o.stride(0), padded, budget, enabled.defined() ? enabled.data_ptr<bool>() : nullptr,
+      ends.data_ptr<int64_t>(), rows.data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return rows;
 }

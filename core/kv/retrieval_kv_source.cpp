@@ -71,14 +71,14 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       l.keys.select(0, 0).narrow(1, 0, n).copy_(keys);
       l.values.select(0, 0).narrow(1, 0, n).copy_(values);
       l.length = n;
-      l.valid = at::ones({1, n + max_new_}, keys.options().dtype(at::kLong));
+      l.valid = at::ones({1, n + max_new_}, keys.options().dtype(at::kBool));
       continue;
     }
     ++stats_.retrieval_layers;
     l.keys = at::zeros({1, heads, sinks_ + s.budget + s.window, dim}, keys.options());
     l.values = at::zeros_like(l.keys);
-    l.valid = at::zeros({1, l.keys.size(2)}, keys.options().dtype(at::kLong));
-    l.valid.narrow(1, 0, sinks_).fill_(1);
+    l.valid = at::zeros({1, l.keys.size(2)}, keys.options().dtype(at::kBool));
+    l.valid.narrow(1, 0, sinks_).fill_(true);
     l.keys.select(0, 0).narrow(1, 0, sinks_).copy_(keys.narrow(1, 0, sinks_));
     l.values.select(0, 0).narrow(1, 0, sinks_).copy_(values.narrow(1, 0, sinks_));
     const int64_t capacity = max_new_ + 1;  // offloaded units (each at least one token)
@@ -106,8 +106,8 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.pool_rows = prompt;
     l.live = at::zeros({prompt_units + capacity}, keys.options().dtype(at::kBool));
     l.live.narrow(0, 0, prompt_units).fill_(true);
-    l.retrieved_valid = at::zeros({s.budget}, longs);
-    l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(1);
+    l.retrieved_valid = at::zeros({s.budget}, keys.options().dtype(at::kBool));
+    l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(true);
     stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + bytes(l.index);
   }
   const auto on_device = at::TensorOptions().device(working.device());
@@ -206,8 +206,8 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
                            rows);
     // Every head's units hold all pool rows, so every head fills the same count: no sync.
     l.retrieved = std::min(s.budget, l.pool_rows);
-    l.valid.narrow(1, sinks_, l.retrieved).fill_(1);
-    l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(0);
+    l.valid.narrow(1, sinks_, l.retrieved).fill_(true);
+    l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(false);
     ++stats_.retrievals;
     stats_.loaded_rows += l.retrieved * l.keys.size(1);
     events_.push_back({step_, layer, l.retrieved});
@@ -222,7 +222,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
   const int64_t local_begin = sinks_ + s.budget;
   l.keys.narrow(2, local_begin + l.local, 1).copy_(fresh.keys);
   l.values.narrow(2, local_begin + l.local, 1).copy_(fresh.values);
-  l.valid.narrow(1, local_begin + l.local, 1).fill_(1);
+  l.valid.narrow(1, local_begin + l.local, 1).fill_(true);
   ++l.local;
   return attend(l, local_begin + s.window, position);
 }
@@ -243,14 +243,14 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   l.live[l.units].fill_(true);
   ++l.units;
   l.pool_rows += cut;
-  l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(1);
+  l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(true);
   ++stats_.offloaded_units;
   // Shift the rest of the window to its front (a clone: the spans overlap).
   const int64_t rest = l.local - cut;
   for (at::Tensor* t : {&l.keys, &l.values}) {
     t->narrow(2, local_begin, rest).copy_(t->narrow(2, local_begin + cut, rest).clone());
   }
-  l.valid.narrow(1, local_begin + rest, cut).fill_(0);
+  l.valid.narrow(1, local_begin + rest, cut).fill_(false);
   l.local = rest;
   std::vector<int64_t> starts{0};
   for (int64_t start : l.segment_starts) {
@@ -332,8 +332,8 @@ at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_
   at::Tensor q_unused = at::empty_like(queries);
   at::Tensor key_rows = l.keys.select(0, 0), value_rows = l.values.select(0, 0);
   gpu::rope_kv_write(q, k, v, cos, sin, slot, q_unused, key_rows, value_rows);
-  l.valid.select(0, 0).index_fill_(0, slot, 1);
-  const at::Tensor key_positions = l.valid * (position.view({1, 1}) + 1) - 1;
+  l.valid.select(0, 0).index_fill_(0, slot, true);
+  const at::Tensor key_positions = at::where(l.valid, position.view({1, 1}), -1);
   return gpu::decode_attention(q_rot, l.keys, l.values, key_positions, at::Tensor(),
                                position.view({1}), last_slot_, window, scale);
 }
@@ -370,7 +370,7 @@ AttendKv RetrievalKvSource::attend(const Layer& l, int64_t slots, int64_t positi
   AttendKv out;
   out.keys = l.keys.narrow(2, 0, slots);
   out.values = l.values.narrow(2, 0, slots);
-  out.key_positions = l.valid.narrow(1, 0, slots) * (position + 1) - 1;
+  out.key_positions = at::where(l.valid.narrow(1, 0, slots), position, -1).to(at::kLong);
   out.dense_causal = false;
   return out;
 }

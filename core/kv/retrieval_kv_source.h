@@ -129,12 +129,12 @@ class RetrievalKvSource : public KvSource {
     at::Tensor sizes, offsets;  // [H, units] int64 on the device
     at::Tensor index;           // [H, units, I] f32 on the device
     int64_t units = 0;
-    int64_t retrieved = 0;  // valid rows of the retrieved region
-    int64_t local = 0;      // tokens in the local window
-    at::Tensor valid;       // [1, slots] int64 on the device: 1 where a slot holds a key
+    int64_t retrieved = 0;                // valid rows of the retrieved region
+    int64_t local = 0;                    // tokens in the local window
+    at::Tensor valid;                     // [1, slots] bool on the device: where a slot holds a key
     std::vector<int64_t> segment_starts;  // temporal segments in the local window
     // For the recorded step: which of the units' capacity exist, [capacity] bool; the retrieved
-    // region's validity after a retrieval, [B] int64 (1 for the first min(B, pool rows)).
+    // region's validity after a retrieval, [B] bool (the first min(B, pool rows)).
     at::Tensor live, retrieved_valid;
   };
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gpu/key_kmeans.h"
+#include "gpu/louiskv_scoring.h"
 
 namespace engram {
 
@@ -78,35 +79,26 @@ at::Tensor LouisKvPolicy::unit_index(const at::Tensor& keys) const {
 }
 
 bool LouisKvPolicy::retrieve(int64_t layer, int64_t step, const at::Tensor& q) {
-  const at::Tensor current = q.to(at::kFloat);
-  at::Tensor& previous = previous_q_.at(layer);
-  bool boundary = step == 0 || !previous.defined();
-  if (!boundary && options_.stride > 0) {
-    boundary = step % options_.stride == 0;  // no r_t: it would cost a device sync per layer
-  } else if (!boundary) {
-    const float r = at::cosine_similarity(current, previous, 1).mean().item<float>();
-    similarity_[layer].push_back(r);
-    boundary = r < options_.tau;
+  if (options_.stride > 0) {
+    // No r_t: a fixed stride is decided on the host, without a device sync per layer.
+    return step == 0 || step % options_.stride == 0;
   }
-  previous = current;
-  return boundary;
+  // The same computation as the recorded step's (gpu::louiskv_decide), so that both paths take
+  // the same decisions to the last bit of r_t.
+  at::Tensor decision = at::empty({2}, q.options().dtype(at::kFloat));
+  retrieve_on_device(layer, at::full({1}, step, q.options().dtype(at::kLong)), q, decision);
+  const at::Tensor decided = decision.cpu();
+  similarity_seen(layer, step, decided[1].item<float>());
+  return decided[0].item<float>() > 0;
 }
 
 void LouisKvPolicy::retrieve_on_device(int64_t layer, const at::Tensor& step, const at::Tensor& q,
                                        at::Tensor& decision) {
-  const at::Tensor current = q.to(at::kFloat);
   at::Tensor& previous = previous_q_.at(layer);
   // The first call allocates the layer's previous queries (zeros: step 0 retrieves anyway); every
   // later one updates them in place, so a recorded step replays the same buffers.
-  if (!previous.defined()) previous = at::zeros_like(current);
-  const at::Tensor r = at::cosine_similarity(current, previous, 1).mean();
-  const at::Tensor now = step.reshape(at::IntArrayRef{});  // (view({}) would be a dtype view)
-  const at::Tensor first = now.eq(0);
-  const at::Tensor boundary =
-      options_.stride > 0 ? now.remainder(options_.stride).eq(0) : r.lt(options_.tau);
-  decision.select(0, 0).copy_(boundary.logical_or(first));
-  decision.select(0, 1).copy_(r);
-  previous.copy_(current);
+  if (!previous.defined()) previous = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
+  gpu::louiskv_decide(q, previous, step, options_.tau, options_.stride, decision);
 }
 
 void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarity) {
@@ -116,11 +108,7 @@ void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarit
 
 at::Tensor LouisKvPolicy::score(const at::Tensor& q, const at::Tensor& index,
                                 const at::Tensor& live) const {
-  const int64_t heads = index.size(0), d = q.size(1);
-  const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, d});  // [H, g, d]
-  at::Tensor logits = at::bmm(grouped, index.transpose(1, 2)) / std::sqrt(double(d));
-  if (live.defined()) logits = logits.masked_fill(live.logical_not(), -INFINITY);
-  return logits.softmax(-1).mean(1);  // [H, U]
+  return gpu::louiskv_scores(q, index, live);
 }
 
 }  // namespace engram

@@ -1,0 +1,73 @@
+#include "gpu/louiskv_scoring.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace engram::gpu {
+namespace {
+
+void check_decide(const at::Tensor& q, const at::Tensor& previous, const at::Tensor& step,
+                  const at::Tensor& decision) {
+  if (q.dim() != 2 || previous.sizes() != q.sizes() || previous.scalar_type() != at::kFloat)
+    throw std::invalid_argument("louiskv_decide: q [Hq, d] and previous [Hq, d] f32");
+  if (step.numel() != 1 || step.scalar_type() != at::kLong || step.device() != q.device())
+    throw std::invalid_argument("louiskv_decide: step is one int64 beside q");
+  if (decision.numel() != 2 || decision.scalar_type() != at::kFloat ||
+      decision.device() != q.device() || previous.device() != q.device())
+    throw std::invalid_argument("louiskv_decide: decision is [2] f32 beside q");
+}
+
+void check_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
+  if (q.dim() != 2 || index.dim() != 3 || index.size(2) != q.size(1) || index.size(0) == 0 ||
+      q.size(0) % index.size(0) != 0 || index.scalar_type() != at::kFloat)
+    throw std::invalid_argument("louiskv_scores: q [g·H, d] and index [H, U, d] f32");
+  if (live.defined() && (live.dim() != 1 || live.size(0) != index.size(1) ||
+                         live.scalar_type() != at::kBool || live.device() != index.device()))
+    throw std::invalid_argument("louiskv_scores: live is [U] bool beside the index");
+}
+
+}  // namespace
+
+void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
+                              double tau, int64_t stride, at::Tensor& decision) {
+  const at::Tensor current = q.to(at::kFloat);
+  const at::Tensor r = at::cosine_similarity(current, previous, 1).mean();
+  const at::Tensor now = step.reshape(at::IntArrayRef{});  // (view({}) would be a dtype view)
+  const at::Tensor boundary = stride > 0 ? now.remainder(stride).eq(0) : r.lt(tau);
+  decision.select(0, 0).copy_(boundary.logical_or(now.eq(0)));
+  decision.select(0, 1).copy_(r);
+  previous.copy_(current);
+}
+
+at::Tensor louiskv_scores_reference(const at::Tensor& q, const at::Tensor& index,
+                                    const at::Tensor& live) {
+  const int64_t heads = index.size(0), d = q.size(1);
+  const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, d});  // [H, g, d]
+  at::Tensor logits = at::bmm(grouped, index.transpose(1, 2)) / std::sqrt(double(d));
+  if (live.defined()) logits = logits.masked_fill(live.logical_not(), -INFINITY);
+  // A head whose units are all dead: softmax of only -inf is NaN; it scores 0 like any dead unit.
+  return at::nan_to_num(logits.softmax(-1).mean(1), 0.0);  // [H, U]
+}
+
+void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step, double tau,
+                    int64_t stride, at::Tensor& decision) {
+  check_decide(q, previous, step, decision);
+#ifdef ENGRAM_WITH_CUDA
+  if (q.is_cuda() && q.size(1) <= 256 && previous.is_contiguous() && decision.is_contiguous()) {
+    louiskv_decide_cuda(q.contiguous(), previous, step, tau, stride, decision);
+    return;
+  }
+#endif
+  louiskv_decide_reference(q, previous, step, tau, stride, decision);
+}
+
+at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
+  check_scores(q, index, live);
+#ifdef ENGRAM_WITH_CUDA
+  if (q.is_cuda() && q.size(1) <= 256 && q.size(0) / index.size(0) <= 8)
+    return louiskv_scores_cuda(q.contiguous(), index, live);
+#endif
+  return louiskv_scores_reference(q, index, live);
+}
+
+}  // namespace engram::gpu
