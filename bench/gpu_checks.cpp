@@ -1084,6 +1084,7 @@ int main(int argc, char** argv) {
     for (int rep = 0; rep < 3; ++rep)
       out["recorded_retrieval"].push_back(check_recorded_retrieval(ok));
     std::printf("%s\n", out.dump(2).c_str());
+    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
     return ok ? 0 : 1;
   }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
