@@ -7,11 +7,11 @@
 #     full layers (must be identical in f32; bf16 reported), on every fixture;
 #  3. per-token decode latency, llama3.1-8b shape (random weights) bf16: 32K in / 512 out for full
 #     KV (recorded graph; per-layer with PHASES containing perlayerfull), louiskv (adaptive tau
-#     0.7, and fixed stride 16) and pageretrieval at B=1024 in the recorded step, louiskv on the
-#     per-layer path beside them, retrievals per token and device KV bytes; then the long-output
+#     0.7, and fixed stride 16) and pageretrieval at B=1024 in the recorded step (louiskv on the
+#     per-layer path beside them with PHASES containing perlayer), retrievals per token and device KV bytes; then the long-output
 #     case (500 in / LONG_OUT out) when time is left.
 #   ENGRAM_COMMIT=<sha> OUT=<dir> [LONG_OUT=2048] [PHASES="checks rows latency long"] bash bench/run_device_louiskv.sh
-# (PHASES=quickchecks: only the recorded-retrieval and LouisKV scoring checks of engram-gpu-checks)
+# (PHASES=quickchecks: only the recorded-retrieval and LouisKV decision checks of engram-gpu-checks)
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
 R=$OUT/louiskv
@@ -30,7 +30,7 @@ if [[ " $PHASES " == *" checks "* ]]; then
   grep -c "PASS louiskv" "$R/gpu_checks.log"
 fi
 if [[ $PHASES == *quickchecks* ]]; then
-  # Only the recorded-retrieval comparison (three times) and the LouisKV scoring kernels.
+  # Only the recorded-retrieval comparison (three times) and the LouisKV decision kernel.
   $B/bench/engram-gpu-checks --only recorded_retrieval --json "$R/gpu_checks_recorded.json" > "$R/gpu_checks_recorded.log" 2>&1
   echo "recorded retrieval checks rc=$?"; grep -E "FAIL|TIME" "$R/gpu_checks_recorded.log" | head -20
   echo "PASS $(grep -c PASS "$R/gpu_checks_recorded.log")"
@@ -62,7 +62,7 @@ if [[ $PHASES == *latency* ]]; then
   bench in32k-louiskv-b1024 150 $L --policy louiskv:tau=70,sinks=64,window=256,budget=1024
   bench in32k-louiskv-stride16-b1024 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024
   bench in32k-pageretrieval-b1024 150 $L --policy pageretrieval:sinks=64,window=256,budget=1024
-  bench in32k-louiskv-b1024-per-layer 150 $L --policy louiskv:tau=70,sinks=64,window=256,budget=1024 --per-layer
+  [[ $PHASES == *perlayer* ]] && bench in32k-louiskv-b1024-per-layer 150 $L --policy louiskv:tau=70,sinks=64,window=256,budget=1024 --per-layer
   [[ $PHASES == *perlayerfull* ]] && bench in32k-full-per-layer 150 $L --policy full --per-layer
 fi
 if [[ $PHASES == *long* ]]; then

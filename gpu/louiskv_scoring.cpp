@@ -39,14 +39,17 @@ void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const a
   previous.copy_(current);
 }
 
-at::Tensor louiskv_scores_reference(const at::Tensor& q, const at::Tensor& index,
-                                    const at::Tensor& live) {
+at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
+  check_scores(q, index, live);
   const int64_t heads = index.size(0), d = q.size(1);
   const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, d});  // [H, g, d]
-  at::Tensor logits = at::bmm(grouped, index.transpose(1, 2)) / std::sqrt(double(d));
-  if (live.defined()) logits = logits.masked_fill(live.logical_not(), -INFINITY);
-  // A head whose units are all dead: softmax of only -inf is NaN; it scores 0 like any dead unit.
-  return at::nan_to_num(logits.softmax(-1).mean(1), 0.0);  // [H, U]
+  // One GEMM with the 1/√d folded in (beta 0: the first operand is not read).
+  at::Tensor logits =
+      at::baddbmm(at::empty({heads, grouped.size(1), index.size(1)}, index.options()), grouped,
+                  index.transpose(1, 2), 0.0, 1.0 / std::sqrt(double(d)));
+  // Callers keep at least one unit live, so no softmax is over -inf alone.
+  if (live.defined()) logits = at::where(live, logits, -INFINITY);
+  return logits.softmax(-1).mean(1);  // [H, U]
 }
 
 void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step, double tau,
@@ -59,15 +62,6 @@ void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor&
   }
 #endif
   louiskv_decide_reference(q, previous, step, tau, stride, decision);
-}
-
-at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
-  check_scores(q, index, live);
-#ifdef ENGRAM_WITH_CUDA
-  if (q.is_cuda() && q.size(1) <= 256 && q.size(0) / index.size(0) <= 8)
-    return louiskv_scores_cuda(q.contiguous(), index, live);
-#endif
-  return louiskv_scores_reference(q, index, live);
 }
 
 }  // namespace engram::gpu

@@ -1,19 +1,22 @@
-// LouisKV's two per-layer computations for one decode token (louiskv-paper §4.2, App. B), one
-// launch each on CUDA. As torch ops they were ~20 small kernels per layer, which inside the
-// recorded decode step cost more than the layer's attention over its region.
+// LouisKV's two per-layer computations for one decode token (louiskv-paper §4.2, App. B), shared
+// by the per-layer path and the recorded decode step so that both decide and rank alike.
+// louiskv_decide is one CUDA launch (as torch ops it was ~12 small kernels per layer inside the
+// recorded step); louiskv_scores is torch ops (bmm, softmax, mean: a first fused kernel with one
+// block per KV head was 8x slower than them on the H100,
+// bench/results/2026-11-26-h100-louiskv-recorded).
 //
 //   louiskv_decide: r = mean over query heads of cos(q_h, previous_h); decision[0] = 1 when
 //     step == 0 or (stride > 0 ? step % stride == 0 : r < tau), else 0; decision[1] = r;
 //     then previous = q. `step` is a one-element int64 tensor on q's device (no host sync).
 //   louiskv_scores: per KV head h and unit u, the mean over h's g query heads of
 //     softmax over the live units of q·index[h, u] / √d (group-consistent selection). A unit
-//     that is not live scores 0.
+//     that is not live scores 0; at least one must be live.
 //
 // Shapes: q [Hq, d] (f32/bf16/f16, Hq = g·H), previous [Hq, d] f32, decision [2] f32,
 // index [H, U, d] f32, live [U] bool or undefined (every unit). Scores are [H, U] f32.
-// The CUDA kernels take d <= 256 and g <= 8 (the reference takes the rest). Each unit's softmax
-// terms are summed in an order fixed by the unit's index alone, so a layer scored over a
-// longer, partly dead capacity gets bit-identical scores for its live units.
+// The CUDA decision takes d <= 256 (the reference takes the rest). Scores depend on the units'
+// count (the softmax's reductions), so both paths score a layer over the same capacity
+// (core/kv/retrieval_kv_source.h).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -26,17 +29,13 @@ void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor&
                     int64_t stride, at::Tensor& decision);
 at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live);
 
-// The reference bodies (any device, torch ops); the functions above dispatch to them off CUDA.
+// The decision's reference body (any device, torch ops); louiskv_decide dispatches to it off CUDA.
 void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
                               double tau, int64_t stride, at::Tensor& decision);
-at::Tensor louiskv_scores_reference(const at::Tensor& q, const at::Tensor& index,
-                                    const at::Tensor& live);
 
 #ifdef ENGRAM_WITH_CUDA
 void louiskv_decide_cuda(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
                          double tau, int64_t stride, at::Tensor& decision);
-at::Tensor louiskv_scores_cuda(const at::Tensor& q, const at::Tensor& index,
-                               const at::Tensor& live);
 #endif
 
 }  // namespace engram::gpu

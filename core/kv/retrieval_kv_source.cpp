@@ -103,6 +103,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       l.index.narrow(1, 0, prompt_units).copy_(units.index);
     }
     l.units = prompt_units;
+    count_scored_units(l);
     l.pool_rows = prompt;
     l.live = at::zeros({prompt_units + capacity}, keys.options().dtype(at::kBool));
     l.live.narrow(0, 0, prompt_units).fill_(true);
@@ -196,9 +197,10 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     // layer timeline panel draws it; its tokens are the rows loaded per KV head).
     TraceRecorder::Open open;
     if (trace) open = trace->begin(layer, TraceLane::kCopy, "retrieve");
-    const at::Tensor scores = policy_.score(q, l.index.narrow(1, 0, l.units));
-    const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, l.units),
-                                                      l.offsets.narrow(1, 0, l.units), s.budget);
+    const int64_t u = l.scored_units;
+    const at::Tensor scores = policy_.score(q, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
+    const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
+                                                      l.offsets.narrow(1, 0, u), s.budget);
     at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
     at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
     gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer,
@@ -242,6 +244,7 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   l.index.select(1, l.units).copy_(policy_.unit_index(keys));
   l.live[l.units].fill_(true);
   ++l.units;
+  count_scored_units(l);
   l.pool_rows += cut;
   l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(true);
   ++stats_.offloaded_units;
@@ -259,12 +262,20 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   l.segment_starts = std::move(starts);
 }
 
+void RetrievalKvSource::count_scored_units(Layer& l) {
+  constexpr int64_t kBlock = 1024;
+  const int64_t scored = std::min(l.sizes.size(1), (l.units + kBlock - 1) / kBlock * kBlock);
+  if (scored == l.scored_units) return;
+  l.scored_units = scored;
+  ++recording_version_;
+}
+
 bool RetrievalKvSource::recordable() const {
   if (!mirror_ || !pool_ || !policy_.decides_on_device()) return false;
   for (size_t li = 0; li < layers_.size(); ++li) {
-    // A window offload before the next step may add one unit.
+    // A window offload before the next step may add one unit (and a block of scored ones).
     if (retrieves_at(static_cast<int64_t>(li)) &&
-        layers_[li].units + 1 > gpu::kBudgetedSelectMaxUnits)
+        layers_[li].scored_units + 1 > gpu::kBudgetedSelectMaxUnits)
       return false;
   }
   return true;
@@ -282,7 +293,6 @@ void RetrievalKvSource::before_recorded_step() {
                                                : at::empty({1 + layers}, at::kLong);
   int64_t* in = host.data_ptr<int64_t>();
   in[0] = step_;
-  int64_t most_units = 0, capacity = gpu::kBudgetedSelectMaxUnits;
   for (int64_t li = 0; li < layers; ++li) {
     Layer& l = layers_[li];
     in[1 + li] = 0;
@@ -291,14 +301,6 @@ void RetrievalKvSource::before_recorded_step() {
     // depends on the step's queries, so it can happen before the whole step.
     if (l.local == s.window) offload_oldest(li, l);
     in[1 + li] = sinks_ + s.budget + l.local;
-    most_units = std::max(most_units, l.units);
-    capacity = std::min(capacity, l.sizes.size(1));
-  }
-  if (most_units > recorded_units_) {
-    // The recording scores a fixed count of units: grown in blocks, each a new recording.
-    constexpr int64_t kUnitBlock = 1024;
-    recorded_units_ = std::min(capacity, (most_units + kUnitBlock) / kUnitBlock * kUnitBlock);
-    ++recording_version_;
   }
   recorded_inputs_.copy_(host, /*non_blocking=*/true);
   stats_.host_ms += ms_since(t0);
@@ -317,7 +319,7 @@ at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_
   const at::Tensor enabled = decision.select(0, 0).gt(0).view({1});
   // Scoring and selection run at every step; the decision switches the selection and the copy
   // off inside their kernels, and the region's validity keeps its value.
-  const int64_t u = recorded_units_;
+  const int64_t u = l.scored_units;
   const at::Tensor scores = policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
   const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
                                                     l.offsets.narrow(1, 0, u), s.budget, enabled);

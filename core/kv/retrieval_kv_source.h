@@ -129,6 +129,10 @@ class RetrievalKvSource : public KvSource {
     at::Tensor sizes, offsets;  // [H, units] int64 on the device
     at::Tensor index;           // [H, units, I] f32 on the device
     int64_t units = 0;
+    // Units a retrieval scores: those in use rounded up to a block (the rest dead, score -inf).
+    // Both paths score the same count, so their softmax reductions, and rankings, agree bit for
+    // bit; a recording reads a fixed count and is made again when a block is added.
+    int64_t scored_units = 0;
     int64_t retrieved = 0;                // valid rows of the retrieved region
     int64_t local = 0;                    // tokens in the local window
     at::Tensor valid;                     // [1, slots] bool on the device: where a slot holds a key
@@ -160,11 +164,10 @@ class RetrievalKvSource : public KvSource {
   RetrievalStats stats_;
   std::vector<RetrievalEvent> events_;
   // The recorded step's device inputs (int64 [1 + layers]: the step, then each layer's window
-  // slot), its decisions (f32 [layers, 2], RetrievalPolicy::retrieve_on_device) and the units it
-  // scores per layer (grows in blocks; each growth is a new recording).
+  // slot) and its decisions (f32 [layers, 2], RetrievalPolicy::retrieve_on_device).
   at::Tensor recorded_inputs_, decisions_, last_slot_;
-  int64_t recorded_units_ = 0;
   int64_t recording_version_ = 0;
+  void count_scored_units(Layer& l);
 };
 
 }  // namespace engram
