@@ -7,6 +7,7 @@
 #include "core/trace/trace_recorder.h"
 #include "gpu/budgeted_select.h"
 #include "gpu/decode_attention.h"
+#include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
 #include "gpu/page_gather.h"
 #include "gpu/rope_kv_write.h"
@@ -32,6 +33,7 @@ int64_t bytes(const at::Tensor& t) {
 RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& working,
                                      int64_t max_new_tokens, KvCache* mirror)
     : policy_(policy), mirror_(mirror), max_new_(max_new_tokens) {
+  const auto t0 = std::chrono::steady_clock::now();
   const RetrievalSettings& s = policy.settings();
   if (working.batch() != 1) throw std::invalid_argument("retrieval: one sequence at a time");
   if (s.window < 1 || s.budget < 1)
@@ -115,6 +117,8 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
   recorded_inputs_ = at::zeros({1 + layers}, on_device.dtype(at::kLong));
   decisions_ = at::zeros({layers, 2}, on_device.dtype(at::kFloat));
   last_slot_ = at::full({1}, sinks_ + s.budget + s.window - 1, on_device.dtype(at::kLong));
+  gpu::synchronize(working.device());  // the build's device work belongs to its time
+  stats_.build_ms = ms_since(t0);
 }
 
 void RetrievalKvSource::write_rows(int64_t layer, int64_t first_row, const at::Tensor& keys,

@@ -64,6 +64,9 @@ struct RetrievalStats {
   // time, mostly).
   int64_t recorded_steps = 0;
   double host_ms = 0, wait_ms = 0;
+  // Building the source (LouisKV: the prompt keys' k-means per layer; the pool's first rows),
+  // which the generator does after the first token, inside the decode time.
+  double build_ms = 0;
   // Adds a later source's counts (the runner rebuilds the pool after a plan).
   void add(const RetrievalStats& o) {
     steps += o.steps;
@@ -76,6 +79,7 @@ struct RetrievalStats {
     recorded_steps += o.recorded_steps;
     host_ms += o.host_ms;
     wait_ms += o.wait_ms;
+    build_ms += o.build_ms;
   }
   // Retrievals per retrieval layer and decode step.
   double retrievals_per_token() const {
