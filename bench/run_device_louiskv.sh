@@ -10,7 +10,7 @@
 #     0.7, and fixed stride 16) and pageretrieval at B=1024 in the recorded step (louiskv on the
 #     per-layer path beside them with PHASES containing perlayer), retrievals per token and device KV bytes; then the long-output
 #     case (500 in / LONG_OUT out) when time is left.
-#   ENGRAM_COMMIT=<sha> OUT=<dir> [LONG_OUT=2048] [PHASES="checks rows latency long"] bash bench/run_device_louiskv.sh
+#   ENGRAM_COMMIT=<sha, written literally: the device copy's git HEAD is not this tree's> OUT=<dir> [LONG_OUT=2048] [PHASES="checks rows latency long"] bash bench/run_device_louiskv.sh
 # (PHASES=quickchecks: only the recorded-retrieval and LouisKV decision checks of engram-gpu-checks)
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}

@@ -246,6 +246,11 @@ class LouisKvTest : public QObject {
       RetrievalKvSource source(*recorded_policy, cache, steps, &cache);
       QVERIFY(source.recordable());
       StaticDecodeStep step(decoder, cache);
+      // Without a working set to mirror into, the recorded step could not keep the conversation.
+      const auto other = make();
+      RetrievalKvSource unmirrored(*other, cache, steps, nullptr);
+      QVERIFY(!unmirrored.recordable());
+      QVERIFY_EXCEPTION_THROWN(step.attach(&unmirrored), std::invalid_argument);
       step.attach(&source);
       std::vector<at::Tensor> got;
       for (int64_t i = 0; i < steps; ++i)

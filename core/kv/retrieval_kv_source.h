@@ -103,8 +103,8 @@ class RetrievalKvSource : public KvSource {
   int64_t steps_left() const { return max_new_ - step_; }
   // The recorded step's side (see the top of this file). recordable(): the policy decides on the
   // device, the source mirrors into a working set and every retrieval layer's units fit the
-  // selection kernel. recording_version() changes when the shapes a recording read change (the
-  // units' capacity grew): the step records again.
+  // selection kernel. recording_version() changes when the shapes a recording read change (a
+  // layer's scored units grew by a block): the step records again.
   bool recordable() const;
   int64_t recording_version() const { return recording_version_; }
   bool retrieves_at(int64_t layer) const { return layer >= policy_.settings().full_layers; }

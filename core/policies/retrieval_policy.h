@@ -57,8 +57,8 @@ class RetrievalPolicy {
   virtual bool retrieve(int64_t layer, int64_t step, const at::Tensor& q) = 0;
   // Decisions on the device, for a recorded decode step (core/runtime/static_decode_step.h): the
   // same rule as retrieve(), written into `decision` (f32 [2] on q's device: [0] = 1 to retrieve,
-  // [0] = 0 not to; [1] = the similarity it used, for similarity_seen()) with tensor ops only, no
-  // host sync and no host state changed after the first call (which may allocate). `step` is an
+  // [0] = 0 not to; [1] = the similarity it used, for similarity_seen()) with device work only,
+  // no host sync and no host state changed after the first call (which may allocate). `step` is an
   // int64 one-element tensor on the device. Policies that return false from
   // decides_on_device() are served by the per-layer path only.
   virtual bool decides_on_device() const { return false; }
