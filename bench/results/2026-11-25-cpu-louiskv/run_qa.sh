@@ -26,3 +26,7 @@ $CLI eval conversation --model resources/models/engram-tiny --episodes $E --poli
 $CLI eval conversation --model resources/models/engram-tiny --episodes $E --policy "snapkv+louiskv:prompt=1,tau=85,sinks=32,window=512,budget=256" --kv-budget 1024 --json "$D/qa-snapkv-1024+louiskv-256.json" > "$D/qa-snapkv-1024+louiskv-256.txt" 2>&1
 $CLI eval conversation --model resources/models/engram-tiny --episodes $E --policy epicache --kv-budget 512 --json "$D/qa-epicache-512.json" > "$D/qa-epicache-512.txt" 2>&1
 $CLI eval conversation --model resources/models/engram-tiny --episodes $E --policy "epicache+louiskv:prompt=1,tau=85,sinks=32,window=512,budget=256" --kv-budget 512 --json "$D/qa-epicache-512+louiskv-256.json" > "$D/qa-epicache-512+louiskv-256.txt" 2>&1
+# Dropping baselines at louiskv B=256's attention size (sinks 32 + 256 + window 512 = 800).
+for p in h2o streaming; do
+  $CLI eval conversation --model resources/models/engram-tiny --episodes $E --policy $p --kv-budget 800 --json "$D/qa-$p-800.json" > "$D/qa-$p-800.txt" 2>&1
+done
