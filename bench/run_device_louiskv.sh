@@ -53,7 +53,7 @@ bench() {  # name, timeout, args...
   local name=$1 t=$2; shift 2
   timeout $t $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --repeat 1 "$@" \
     --json "$R/$name.json" > "$R/$name.log" 2>&1
-  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token, retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB\")" "$R/$name.json" 2>/dev/null)"
+  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB\")" "$R/$name.json" 2>/dev/null)"
 }
 if [[ $PHASES == *latency* ]]; then
   L="--tokens 32768 --decode-tokens 512"
@@ -64,6 +64,20 @@ if [[ $PHASES == *latency* ]]; then
   bench in32k-pageretrieval-b1024 150 $L --policy pageretrieval:sinks=64,window=256,budget=1024
   [[ $PHASES == *perlayer* ]] && bench in32k-louiskv-b1024-per-layer 150 $L --policy louiskv:tau=70,sinks=64,window=256,budget=1024 --per-layer
   [[ $PHASES == *perlayerfull* ]] && bench in32k-full-per-layer 150 $L --policy full --per-layer
+fi
+if [[ $PHASES == *out16k* ]]; then
+  # The issue's long-output cases: 500 in / 16K out and 32K in / 16K out (OUT16K_POLICIES picks).
+  for p in ${OUT16K_POLICIES:-full stride16 pageretrieval}; do
+    case $p in
+      full) spec=full ;;
+      stride16) spec=louiskv:stride=16,sinks=64,window=256,budget=1024 ;;
+      tau70) spec=louiskv:tau=70,sinks=64,window=256,budget=1024 ;;
+      pageretrieval) spec=pageretrieval:sinks=64,window=256,budget=1024 ;;
+    esac
+    for in in ${OUT16K_INPUTS:-500 32768}; do
+      bench in$in-out16k-$p 420 --tokens $in --decode-tokens 16384 --policy $spec
+    done
+  done
 fi
 if [[ $PHASES == *long* ]]; then
   L="--tokens 500 --decode-tokens ${LONG_OUT:-2048}"

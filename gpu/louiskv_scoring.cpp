@@ -19,8 +19,8 @@ void check_decide(const at::Tensor& q, const at::Tensor& previous, const at::Ten
 
 void check_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
   if (q.dim() != 2 || index.dim() != 3 || index.size(2) != q.size(1) || index.size(0) == 0 ||
-      q.size(0) % index.size(0) != 0 || index.scalar_type() != at::kFloat)
-    throw std::invalid_argument("louiskv_scores: q [g·H, d] and index [H, U, d] f32");
+      q.size(0) % index.size(0) != 0 || !at::isFloatingType(index.scalar_type()))
+    throw std::invalid_argument("louiskv_scores: q [g·H, d] and index [H, U, d] float");
   if (live.defined() && (live.dim() != 1 || live.size(0) != index.size(1) ||
                          live.scalar_type() != at::kBool || live.device() != index.device()))
     throw std::invalid_argument("louiskv_scores: live is [U] bool beside the index");
@@ -43,10 +43,13 @@ at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at
   check_scores(q, index, live);
   const int64_t heads = index.size(0), d = q.size(1);
   const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, d});  // [H, g, d]
+  // A bf16 index (kept in the keys' dtype to halve its device bytes) is scored in f32: the
+  // upcast is a transient of one layer.
+  const at::Tensor units = index.to(at::kFloat);
   // One GEMM with the 1/√d folded in (beta 0: the first operand is not read).
   at::Tensor logits =
-      at::baddbmm(at::empty({heads, grouped.size(1), index.size(1)}, index.options()), grouped,
-                  index.transpose(1, 2), 0.0, 1.0 / std::sqrt(double(d)));
+      at::baddbmm(at::empty({heads, grouped.size(1), units.size(1)}, units.options()), grouped,
+                  units.transpose(1, 2), 0.0, 1.0 / std::sqrt(double(d)));
   // Callers keep at least one unit live, so no softmax is over -inf alone.
   if (live.defined()) logits = at::where(live, logits, -INFINITY);
   return logits.softmax(-1).mean(1);  // [H, U]

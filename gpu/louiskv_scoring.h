@@ -13,9 +13,9 @@
 //     that is not live scores 0; at least one must be live.
 //
 // Shapes: q [Hq, d] (f32/bf16/f16, Hq = g·H), previous [Hq, d] f32, decision [2] f32,
-// index [H, U, d] f32, live [U] bool or undefined (every unit). Scores are [H, U] f32.
-// The CUDA decision takes d <= 256 (the reference takes the rest). Scores depend on the units'
-// count (the softmax's reductions), so both paths score a layer over the same capacity
+// index [H, U, d] any float dtype (scored in f32), live [U] bool or undefined (every unit). Scores
+// are [H, U] f32. The CUDA decision takes d <= 256 (the reference takes the rest). Scores depend on
+// the units' count (the softmax's reductions), so both paths score a layer over the same capacity
 // (core/kv/retrieval_kv_source.h).
 #pragma once
 

@@ -181,6 +181,34 @@ class LouisKvTest : public QObject {
     }
   }
 
+  // A bf16 model's unit index kept in f32 was ~45 % of attention's device bytes (8B shape, 32K
+  // prompt); in the keys' dtype every part of the device region scales with the element size.
+  void indexIsKeptInTheKeysDtype() {
+    int64_t device_bytes[2] = {};
+    for (int i = 0; i < 2; ++i) {
+      const at::ScalarType dtype = i == 0 ? at::kFloat : at::kBFloat16;
+      KvCache cache(KvCacheShape{3, 2, 16}, 1, 300, dtype, at::kCPU);
+      at::manual_seed(3);
+      const at::Tensor positions = at::arange(256, at::kLong).unsqueeze(0);
+      for (int64_t layer = 0; layer < 3; ++layer)
+        cache.write(layer, at::randn({1, 2, 256, 16}).to(dtype),
+                    at::randn({1, 2, 256, 16}).to(dtype), positions);
+      cache.commit(256, {test::iota(0, 256)});
+      for (int kind = 0; kind < 2; ++kind) {
+        std::unique_ptr<RetrievalPolicy> policy;
+        if (kind == 0)
+          policy = std::make_unique<LouisKvPolicy>(LouisKvOptions{}, settings(4, 16, 32, 1));
+        else
+          policy = std::make_unique<PageRetrievalPolicy>(8, settings(4, 16, 32, 1));
+        RetrievalKvSource source(*policy, cache, 20, nullptr);
+        QVERIFY(source.unit_sizes(1).size(1) > 0);
+        device_bytes[kind] += (i == 0 ? 1 : -2) * source.stats().device_kv_bytes;
+      }
+    }
+    QCOMPARE(device_bytes[0], int64_t{0});  // louiskv: f32 bytes == 2 x bf16 bytes
+    QCOMPARE(device_bytes[1], int64_t{0});  // quest's min/max pages alike
+  }
+
   // The core exactness: retrieving at every step with a budget that holds the whole pool, a
   // small window that keeps offloading, and no full layers, gives full attention's logits.
   void budgetCoveringThePoolEqualsFullAttention() {

@@ -131,7 +131,7 @@ class RetrievalKvSource : public KvSource {
     int64_t length = 0;         // full layer: tokens held
     int64_t pool_rows = 0;      // rows of the pool this layer holds (prompt units, then offloaded)
     at::Tensor sizes, offsets;  // [H, units] int64 on the device
-    at::Tensor index;           // [H, units, I] f32 on the device
+    at::Tensor index;           // [H, units, I] in the keys' dtype, on the device
     int64_t units = 0;
     // Units a retrieval scores: those in use rounded up to a block (the rest dead, score -inf).
     // Both paths score the same count, so their softmax reductions, and rankings, agree bit for

@@ -34,7 +34,7 @@ struct PromptUnits {
   at::Tensor order;    // [H, N] int64, a permutation of 0..N-1 per head
   at::Tensor sizes;    // [H, U] int64 (0: an empty unit, never taken)
   at::Tensor offsets;  // [H, U] int64
-  at::Tensor index;    // [H, U, I] f32
+  at::Tensor index;    // [H, U, I] f32 (the source keeps it in the keys' dtype)
 };
 
 class RetrievalPolicy {
