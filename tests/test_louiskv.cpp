@@ -239,6 +239,29 @@ class LouisKvTest : public QObject {
     }
   }
 
+  // Unit capacity is allocated a block (1,024 units) at a time and grows as the window offloads:
+  // past the first block the logits stay full attention's and the device bytes grow.
+  void unitCapacityGrowsInBlocks() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const auto prompt = test::token_ids(70, 3), fed = test::token_ids(1100, 4);
+    const auto full = teacher_forced(decoder, prompt, fed, [](KvCache&) { return nullptr; });
+    LouisKvPolicy policy(every_step(), settings(4, 4, 2048, 0));
+    int64_t built_bytes = 0;
+    std::unique_ptr<RetrievalKvSource> seen;
+    const auto got = teacher_forced(
+        decoder, prompt, fed,
+        [&](KvCache& cache) {
+          auto source = std::make_unique<RetrievalKvSource>(policy, cache, 1100, nullptr);
+          built_bytes = source->stats().device_kv_bytes;
+          return source;
+        },
+        &seen);
+    const double diff = max_diff(full, got);
+    QVERIFY2(diff < 2e-4, ("max diff " + std::to_string(diff)).c_str());
+    QVERIFY(seen->unit_sizes(0).size(1) > 1024);
+    QVERIFY(seen->stats().device_kv_bytes > built_bytes);
+  }
+
   // The recorded step (core/runtime/static_decode_step.h with the source attached) decides on
   // the device and moves the per-layer path's host work between steps; it must serve the same
   // attention: the same logits, decisions, offloads and rows loaded. On the CPU its "graph" runs

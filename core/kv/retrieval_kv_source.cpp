@@ -24,6 +24,13 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Units are scored, and their capacity grows, a block at a time (see count_scored_units).
+constexpr int64_t kUnitBlock = 1024;
+
+int64_t round_up(int64_t n, int64_t block) {
+  return (n + block - 1) / block * block;
+}
+
 int64_t bytes(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
 }
@@ -83,7 +90,6 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.valid.narrow(1, 0, sinks_).fill_(true);
     l.keys.select(0, 0).narrow(1, 0, sinks_).copy_(keys.narrow(1, 0, sinks_));
     l.values.select(0, 0).narrow(1, 0, sinks_).copy_(values.narrow(1, 0, sinks_));
-    const int64_t capacity = max_new_ + 1;  // offloaded units (each at least one token)
     int64_t prompt_units = 0;
     PromptUnits units;
     if (prompt > 0) {
@@ -93,6 +99,11 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       write_rows(li, 0, pk.gather(1, order), pv.gather(1, order), 0, prompt);
       prompt_units = units.sizes.size(1);
     }
+    // Room for offloaded units (each at least one token, so at most max_new + 1), allocated a
+    // block at a time: at 32K in / 16K out the whole bound's index was 1 GiB on the 8B shape
+    // while a stride of 16 offloads ~1K units.
+    const int64_t capacity =
+        std::min(max_new_ + 1, round_up(prompt_units + 1, kUnitBlock) - prompt_units);
     const int64_t width =
         prompt > 0 ? units.index.size(2) : policy_.unit_index(keys.narrow(1, 0, 1)).size(1);
     const auto longs = keys.options().dtype(at::kLong);
@@ -107,6 +118,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       l.index.narrow(1, 0, prompt_units).copy_(units.index);
     }
     l.units = prompt_units;
+    l.prompt_units = prompt_units;
     count_scored_units(l);
     l.pool_rows = prompt;
     l.live = at::zeros({prompt_units + capacity}, keys.options().dtype(at::kBool));
@@ -243,7 +255,7 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   if (cut <= 0 || cut >= l.local) cut = std::max<int64_t>(1, l.local / 2);
   const int64_t local_begin = sinks_ + s.budget;
   const at::Tensor keys = l.keys.select(0, 0).narrow(1, local_begin, cut);  // [H, cut, d]
-  if (l.units >= l.sizes.size(1)) throw std::logic_error("retrieval: the pool is full");
+  if (l.units >= l.sizes.size(1)) grow_units(l);
   write_rows(layer, l.pool_rows, l.keys.select(0, 0), l.values.select(0, 0), local_begin, cut);
   l.sizes.select(1, l.units).fill_(cut);
   l.offsets.select(1, l.units).fill_(l.pool_rows);
@@ -268,9 +280,28 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   l.segment_starts = std::move(starts);
 }
 
+void RetrievalKvSource::grow_units(Layer& l) {
+  const int64_t limit = l.prompt_units + max_new_ + 1;
+  if (l.units >= limit) throw std::logic_error("retrieval: the pool is full");
+  const int64_t capacity = std::min(limit, l.sizes.size(1) + kUnitBlock);
+  const auto grown = [&](const at::Tensor& t) {
+    std::vector<int64_t> sizes = t.sizes().vec();
+    sizes[t.dim() == 1 ? 0 : 1] = capacity;
+    at::Tensor out = at::zeros(sizes, t.options());
+    out.narrow(t.dim() == 1 ? 0 : 1, 0, t.size(t.dim() == 1 ? 0 : 1)).copy_(t);
+    return out;
+  };
+  stats_.device_kv_bytes -= bytes(l.index);
+  l.sizes = grown(l.sizes);
+  l.offsets = grown(l.offsets);
+  l.index = grown(l.index);
+  l.live = grown(l.live);
+  stats_.device_kv_bytes += bytes(l.index);
+  ++recording_version_;  // a recording read the old tensors
+}
+
 void RetrievalKvSource::count_scored_units(Layer& l) {
-  constexpr int64_t kBlock = 1024;
-  const int64_t scored = std::min(l.sizes.size(1), (l.units + kBlock - 1) / kBlock * kBlock);
+  const int64_t scored = std::min(l.sizes.size(1), round_up(l.units, kUnitBlock));
   if (scored == l.scored_units) return;
   l.scored_units = scored;
   ++recording_version_;

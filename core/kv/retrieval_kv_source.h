@@ -133,6 +133,7 @@ class RetrievalKvSource : public KvSource {
     at::Tensor sizes, offsets;  // [H, units] int64 on the device
     at::Tensor index;           // [H, units, I] in the keys' dtype, on the device
     int64_t units = 0;
+    int64_t prompt_units = 0;
     // Units a retrieval scores: those in use rounded up to a block (the rest dead, score -inf).
     // Both paths score the same count, so their softmax reductions, and rankings, agree bit for
     // bit; a recording reads a fixed count and is made again when a block is added.
@@ -172,6 +173,9 @@ class RetrievalKvSource : public KvSource {
   at::Tensor recorded_inputs_, decisions_, last_slot_;
   int64_t recording_version_ = 0;
   void count_scored_units(Layer& l);
+  // One more block of unit capacity (sizes, offsets, index, live), up to prompt units +
+  // max_new + 1; the recording is made again.
+  void grow_units(Layer& l);
 };
 
 }  // namespace engram
