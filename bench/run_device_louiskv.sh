@@ -75,7 +75,7 @@ if [[ $PHASES == *out16k* ]]; then
       pageretrieval) spec=pageretrieval:sinks=64,window=256,budget=1024 ;;
     esac
     for in in ${OUT16K_INPUTS:-500 32768}; do
-      bench in$in-out16k-$p 420 --tokens $in --decode-tokens 16384 --policy $spec
+      bench in$in-out16k-$p 420 --tokens $in --decode-tokens 16384 --warmup-decode-tokens 256 --policy $spec
     done
   done
 fi

@@ -44,7 +44,8 @@ int run_bench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "pages") return run_bench_pages(argc, argv);
   if (argc > 2 && std::string(argv[2]) == "keep") return run_bench_keep(argc, argv);
   auto with_value = model_flags_with_value();
-  with_value.insert({"tokens", "decode-tokens", "repeat", "json", "trace", "hbm-gbps", "chunk"});
+  with_value.insert({"tokens", "decode-tokens", "warmup-decode-tokens", "repeat", "json", "trace",
+                     "hbm-gbps", "chunk"});
   with_value.merge(policy_flags());
   const Args args(argc, argv, 2, with_value, {"per-layer"});
   (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
@@ -57,6 +58,10 @@ int run_bench(int argc, char** argv) {
   const int64_t tokens = args.integer("tokens", 4096);
   const int64_t decode_tokens = args.integer("decode-tokens", 256);
   const int64_t repeat = std::max<int64_t>(1, args.integer("repeat", 3));
+  // The warm-up run's decode length: a 16K-token output need not be decoded twice to warm the
+  // kernels and the allocator (its prompt, and so its allocations, are the same).
+  const int64_t warmup_decode_tokens =
+      std::clamp<int64_t>(args.integer("warmup-decode-tokens", decode_tokens), 1, decode_tokens);
   const double hbm_gbps = args.real("hbm-gbps", 3000.0);  // H100 measured (shared/device)
   LoadedModel model = load_model_from_args(args, /*allow_shape=*/true);
   const Decoder& decoder = *model.decoder;
@@ -100,7 +105,7 @@ int run_bench(int argc, char** argv) {
       if (run >= 0) rates.push_back(tokens / s);
     } else {
       GenerationOptions options;
-      options.max_new_tokens = decode_tokens;
+      options.max_new_tokens = run < 0 ? warmup_decode_tokens : decode_tokens;
       options.stop_at_eos = false;
       options.prefill_chunk = block;
       options.observer = last ? trace_file.get() : nullptr;

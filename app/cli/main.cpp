@@ -92,7 +92,7 @@ void usage() {
       "           snapkv[:window=N,kernel=K]; --kv-budget caps the KV attention sees per layer\n"
       "  bench    prefill|decode (--model DIR | --shape NAME) [--tokens N] [--decode-tokens N]\n"
       "           [--device cuda] [--repeat N] [--json FILE] [--trace FILE] [--policy P]\n"
-      "           [--kv-budget TOKENS] [--chunk N]\n"
+      "           [--kv-budget TOKENS] [--chunk N] [--warmup-decode-tokens N]\n"
       "  bench    restore (--model DIR | --shape NAME --tokenizer FILE) [--history-tokens N]\n"
       "           [--turn-tokens N] [--repeat N] [--device cuda] [--json FILE]\n"
       "           (first token after restoring KV vs re-prefilling the text)\n"
