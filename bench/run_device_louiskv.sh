@@ -55,7 +55,12 @@ bench() {  # name, timeout, args...
     --json "$R/$name.json" > "$R/$name.log" 2>&1
   echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB\")" "$R/$name.json" 2>/dev/null)"
 }
-if [[ $PHASES == *latency* ]]; then
+if [[ $PHASES == *stridelatency* ]]; then
+  # Only full KV and louiskv stride 16 at 32K in / 512 out (the fixed stride's lean recording).
+  L="--tokens 32768 --decode-tokens 512"
+  bench in32k-full-graph 150 $L --policy full
+  bench in32k-louiskv-stride16-b1024 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024
+elif [[ $PHASES == *latency* ]]; then
   L="--tokens 32768 --decode-tokens 512"
   # Retrieval policies decode in the recorded step (the decision on the device) unless --per-layer.
   bench in32k-full-graph 150 $L --policy full

@@ -330,6 +330,7 @@ void RetrievalKvSource::before_recorded_step() {
                                                : at::empty({1 + layers}, at::kLong);
   int64_t* in = host.data_ptr<int64_t>();
   in[0] = step_;
+  idle_step_ = policy_.idle_at(step_);
   for (int64_t li = 0; li < layers; ++li) {
     Layer& l = layers_[li];
     in[1 + li] = 0;
@@ -353,19 +354,24 @@ at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_
   const at::Tensor queries = q_rot.select(0, 0);  // [Hq, d]
   at::Tensor decision = decisions_.select(0, layer);
   policy_.retrieve_on_device(layer, recorded_inputs_.narrow(0, 0, 1), queries, decision);
-  const at::Tensor enabled = decision.select(0, 0).gt(0).view({1});
-  // Scoring and selection run at every step; the decision switches the selection and the copy
-  // off inside their kernels, and the region's validity keeps its value.
-  const int64_t u = l.scored_units;
-  const at::Tensor scores = policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
-  const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
-                                                    l.offsets.narrow(1, 0, u), s.budget, enabled);
-  at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
-  at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
-  gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer, page_table_, rows,
-                         enabled);
-  at::Tensor region_valid = l.valid.narrow(1, sinks_, s.budget);
-  region_valid.copy_(at::where(enabled, l.retrieved_valid.view({1, -1}), region_valid));
+  if (!idle_step_) {
+    // Scoring and selection run at every step the host cannot rule out; the decision switches
+    // the selection and the copy off inside their kernels, and the region's validity keeps its
+    // value. (A lean recording, for steps known idle, leaves them out: ~1 ms a token on the 8B
+    // shape.)
+    const at::Tensor enabled = decision.select(0, 0).gt(0).view({1});
+    const int64_t u = l.scored_units;
+    const at::Tensor scores =
+        policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
+    const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
+                                                      l.offsets.narrow(1, 0, u), s.budget, enabled);
+    at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
+    at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
+    gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer, page_table_, rows,
+                           enabled);
+    at::Tensor region_valid = l.valid.narrow(1, sinks_, s.budget);
+    region_valid.copy_(at::where(enabled, l.retrieved_valid.view({1, -1}), region_valid));
+  }
   // The fresh token's key and value into the window at the layer's slot (a device input).
   const at::Tensor slot = recorded_inputs_.narrow(0, 1 + layer, 1);
   at::Tensor q_unused = at::empty_like(queries);

@@ -109,6 +109,9 @@ class RetrievalKvSource : public KvSource {
   int64_t recording_version() const { return recording_version_; }
   bool retrieves_at(int64_t layer) const { return layer >= policy_.settings().full_layers; }
   void before_recorded_step();
+  // This step retrieves at no layer, as the host knows before it runs (RetrievalPolicy::idle_at);
+  // set by before_recorded_step(). recorded_layer() then skips scoring, selection and gather.
+  bool idle_step() const { return idle_step_; }
   // Inside the recording, one retrieval layer: q_rot [1, Hq, d] after RoPE; q, k, v, cos, sin as
   // gpu::rope_kv_write takes them (k, v before RoPE); position [1] int64 on the device. Returns
   // attention's output [1, Hq, d].
@@ -172,6 +175,7 @@ class RetrievalKvSource : public KvSource {
   // slot) and its decisions (f32 [layers, 2], RetrievalPolicy::retrieve_on_device).
   at::Tensor recorded_inputs_, decisions_, last_slot_;
   int64_t recording_version_ = 0;
+  bool idle_step_ = false;
   void count_scored_units(Layer& l);
   // One more block of unit capacity (sizes, offsets, index, live), up to prompt units +
   // max_new + 1; the recording is made again.

@@ -38,6 +38,9 @@ class LouisKvPolicy : public RetrievalPolicy {
   bool decides_on_device() const override { return true; }
   void retrieve_on_device(int64_t layer, const at::Tensor& step, const at::Tensor& q,
                           at::Tensor& decision) override;
+  bool idle_at(int64_t step) const override {
+    return options_.stride > 0 && step % options_.stride != 0;
+  }
   void similarity_seen(int64_t layer, int64_t step, float similarity) override;
   using RetrievalPolicy::score;
   at::Tensor score(const at::Tensor& q, const at::Tensor& index,

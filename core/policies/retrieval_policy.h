@@ -64,6 +64,10 @@ class RetrievalPolicy {
   virtual bool decides_on_device() const { return false; }
   virtual void retrieve_on_device(int64_t /*layer*/, const at::Tensor& /*step*/,
                                   const at::Tensor& /*q*/, at::Tensor& /*decision*/) {}
+  // True when the host knows that no layer retrieves at decode step `step` (a fixed stride's off
+  // steps): the recorded step then replays a lean recording with no scoring, selection or gather
+  // (the device decision still runs, and says 0).
+  virtual bool idle_at(int64_t /*step*/) const { return false; }
   // What a device decision saw, reported once the step has run (the τ sweep's log).
   virtual void similarity_seen(int64_t /*layer*/, int64_t /*step*/, float /*similarity*/) {}
 

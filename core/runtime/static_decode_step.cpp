@@ -18,7 +18,9 @@ int64_t recorded_capacity(int64_t slots) {
 }
 
 StaticDecodeStep::StaticDecodeStep(const Decoder& decoder, KvCache& cache)
-    : decoder_(decoder), cache_(&cache), graph_(decoder.device()) {
+    : decoder_(decoder),
+      cache_(&cache),
+      recorded_{Recording(decoder.device()), Recording(decoder.device())} {
   bind(cache);
 }
 
@@ -28,8 +30,11 @@ void StaticDecodeStep::bind(KvCache& cache) {
   }
   // Another cache object can sit where a destroyed one was only by chance: replayed over only when
   // every address the recording reads is the same (its storage check covers layer 0's keys).
-  if (cache_ != &cache && !recorded_addresses_.empty() && addresses(cache) != recorded_addresses_)
-    recorded_capacity_ = -1;
+  if (cache_ != &cache) {
+    for (Recording& r : recorded_) {
+      if (!r.addresses.empty() && addresses(cache) != r.addresses) r.capacity = -1;
+    }
+  }
   cache_ = &cache;
   const int64_t rows = cache.batch();
   if (rows == recorded_rows_) return;  // the buffers fit; the storage check decides re-recording
@@ -39,7 +44,8 @@ void StaticDecodeStep::bind(KvCache& cache) {
   row0_logits_ = logits_[0];
   next_id_ = at::zeros({rows}, on_device.dtype(at::kLong));
   recorded_rows_ = rows;
-  recorded_capacity_ = -1;  // new buffers: record again
+  for (Recording& r : recorded_)
+    r.capacity = -1;  // new buffers: record again
 }
 
 void StaticDecodeStep::attach(RetrievalKvSource* source) {
@@ -96,15 +102,16 @@ const at::Tensor& StaticDecodeStep::step_rows(const std::vector<int64_t>& tokens
   const at::Tensor valid = cache.key_valid(0);
   const void* valid_storage = valid.defined() ? valid.data_ptr() : nullptr;
   const int64_t retrieval_version = retrieval_ ? retrieval_->recording_version() : -1;
+  Recording& r = recorded_[retrieval_ && retrieval_->idle_step() ? 1 : 0];
   bool ran = false;
-  if (cache.capacity() != recorded_capacity_ || full_keys.data_ptr() != recorded_storage_ ||
-      valid_storage != recorded_valid_ || retrieval_ != recorded_retrieval_ ||
-      retrieval_version != recorded_retrieval_version_) {
-    ran = record();
+  if (cache.capacity() != r.capacity || full_keys.data_ptr() != r.storage ||
+      valid_storage != r.valid || retrieval_ != r.retrieval ||
+      retrieval_version != r.retrieval_version) {
+    ran = record(r);
   }
   // The recorded work is not idempotent with a retrieval source (a policy's previous queries), so
   // a capture's warm-up counts as this step's run.
-  if (!ran) graph_.replay();
+  if (!ran) r.graph.replay();
   if (retrieval_) retrieval_->after_recorded_step();
   for (int64_t b = 0; b < rows; ++b) {
     if (advance[b]) cache.commit_row(b, positions[b]);
@@ -122,7 +129,7 @@ std::vector<int64_t> StaticDecodeStep::greedy_tokens() const {
   return {p, p + ids.numel()};
 }
 
-bool StaticDecodeStep::record() {
+bool StaticDecodeStep::record(Recording& r) {
   const ModelConfig& c = decoder_.config();
   KvCache& cache = *cache_;
   const int64_t capacity = cache.capacity();
@@ -146,15 +153,15 @@ bool StaticDecodeStep::record() {
   }
   key_positions_.narrow(1, used, extra).fill_(-1);
   // On CUDA the warm-up run writes the current tokens' KV at their slots, as the replay will.
-  graph_.capture([this] { run(); });
-  recorded_capacity_ = capacity;
-  recorded_storage_ = keys_[0].data_ptr();
-  recorded_valid_ = key_valid_[0].defined() ? key_valid_[0].data_ptr() : nullptr;
-  recorded_addresses_ = addresses(cache);
-  recorded_retrieval_ = retrieval_;
-  recorded_retrieval_version_ = retrieval_ ? retrieval_->recording_version() : -1;
+  r.graph.capture([this] { run(); });
+  r.capacity = capacity;
+  r.storage = keys_[0].data_ptr();
+  r.valid = key_valid_[0].defined() ? key_valid_[0].data_ptr() : nullptr;
+  r.addresses = addresses(cache);
+  r.retrieval = retrieval_;
+  r.retrieval_version = retrieval_ ? retrieval_->recording_version() : -1;
   ++recordings_;
-  return graph_.is_cuda();
+  return r.graph.is_cuda();
 }
 
 std::vector<const void*> StaticDecodeStep::addresses(const KvCache& cache) const {

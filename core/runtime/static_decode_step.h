@@ -29,6 +29,7 @@
 
 #include <ATen/ATen.h>
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -82,34 +83,42 @@ class StaticDecodeStep {
   int64_t recordings() const { return recordings_; }
 
  private:
-  // Records the step; returns whether that already ran it (the capture's warm-up on CUDA).
-  bool record();
+  // A recording and what it read. With a retrieval source there are two: the full step, and a
+  // lean one for steps the host knows retrieve at no layer (RetrievalKvSource::idle_step(): a
+  // fixed stride's off steps), without scoring, selection and gather.
+  struct Recording {
+    explicit Recording(at::Device device) : graph(device) {}
+    gpu::DeviceGraph graph;
+    int64_t capacity = -1;
+    const void* storage = nullptr;
+    const void* valid = nullptr;
+    // Every tensor the recording reads in place (per layer K, V, validity; the positions): a
+    // cache bound later is replayed over only when it sits at exactly these addresses.
+    std::vector<const void*> addresses;
+    const RetrievalKvSource* retrieval = nullptr;
+    int64_t retrieval_version = -1;
+  };
+  // Records the step into `r`; returns whether that already ran it (the capture's warm-up on
+  // CUDA).
+  bool record(Recording& r);
   void run();
 
   const Decoder& decoder_;
   KvCache* cache_ = nullptr;
-  gpu::DeviceGraph graph_;
-  at::Tensor inputs_;       // int64 [3, rows] on the device: tokens, positions, slots
-  at::Tensor logits_;       // f32 [rows, vocab]
-  at::Tensor row0_logits_;  // logits_[0] (step() returns it)
-  at::Tensor next_id_;      // int64 [rows] argmax of logits_
+  std::array<Recording, 2> recorded_;  // [0] the full step, [1] the lean one
+  at::Tensor inputs_;                  // int64 [3, rows] on the device: tokens, positions, slots
+  at::Tensor logits_;                  // f32 [rows, vocab]
+  at::Tensor row0_logits_;             // logits_[0] (step() returns it)
+  at::Tensor next_id_;                 // int64 [rows] argmax of logits_
   // Full-capacity views of the cache, as recorded.
   std::vector<at::Tensor> keys_;       // per layer [rows, kv_heads, capacity, head_dim]
   std::vector<at::Tensor> values_;     // per layer [rows, kv_heads, capacity, head_dim]
   at::Tensor key_positions_;           // [rows, capacity] int64
   std::vector<at::Tensor> key_valid_;  // per layer [rows, kv_heads, capacity] bool, or undefined
   int64_t recorded_rows_ = -1;
-  int64_t recorded_capacity_ = -1;
-  const void* recorded_storage_ = nullptr;
-  const void* recorded_valid_ = nullptr;
-  // Every tensor the recording reads in place (per layer K, V, validity; the positions): a cache
-  // bound later is replayed over only when it sits at exactly these addresses.
-  std::vector<const void*> recorded_addresses_;
   std::vector<const void*> addresses(const KvCache& cache) const;
   int64_t recordings_ = 0;
   RetrievalKvSource* retrieval_ = nullptr;
-  const RetrievalKvSource* recorded_retrieval_ = nullptr;
-  int64_t recorded_retrieval_version_ = -1;
 };
 
 }  // namespace engram
