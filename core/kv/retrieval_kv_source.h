@@ -27,8 +27,9 @@
 // decision switches the selection and the gather on or off inside the graph, so nothing waits on
 // the host per layer; the host work of the per-layer path moves between replays
 // (before_recorded_step: full windows offload; after_recorded_step: the decisions come back once
-// per token, for the counts, the temporal segments and the log). Both give the same attention
-// (tests/test_louiskv.cpp).
+// per token, for the counts, the temporal segments and the log). Steps the host knows retrieve
+// nowhere (a fixed stride's off steps, idle_step()) replay a lean recording without scoring,
+// selection and gather. Both paths give the same attention (tests/test_louiskv.cpp).
 #pragma once
 
 #include <ATen/ATen.h>
