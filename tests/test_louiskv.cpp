@@ -325,6 +325,8 @@ class LouisKvTest : public QObject {
         QVERIFY(source.unit_sizes(layer).equal(per_layer->unit_sizes(layer)));
       // The working set the recorded step mirrored into is the conversation's full KV.
       QCOMPARE(cache.lengths()[0], n + steps);
+      // A fixed stride's idle steps replay a lean recording beside the full one.
+      QCOMPARE(step.recordings(), kind == 1 ? int64_t{2} : int64_t{1});
       if (kind == 0) {
         // Mixed decisions, so the switch inside the recording is exercised both ways.
         const auto& r_a = static_cast<LouisKvPolicy&>(*per_layer_policy).similarities();
