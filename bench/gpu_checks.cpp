@@ -1020,39 +1020,24 @@ int main(int argc, char** argv) {
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
-  try {
-    out["louiskv_kernels"] = check_louiskv_kernels(ok);
-  } catch (const std::exception& e) {
-    // New kernels: their error is reported and the later checks run (unless a fault left the
-    // CUDA context unusable).
-    std::fprintf(stderr, "FAIL louiskv kernels threw: %s\n", e.what());
-    out["louiskv_kernels"] = {{"error", e.what()}};
-    ok = false;
-  }
-  try {
-    out["louiskv_decide"] = check_louiskv_decide(ok);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAIL louiskv decide threw: %s\n", e.what());
-    out["louiskv_decide"] = {{"error", e.what()}};
-    ok = false;
-  }
+  // Newer checks: an exception is reported and the later checks run (unless a fault left the
+  // CUDA context unusable).
+  const auto guarded = [&](const char* key, const char* label, const auto& check) {
+    try {
+      out[key] = check();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "FAIL %s threw: %s\n", label, e.what());
+      out[key] = {{"error", e.what()}};
+      ok = false;
+    }
+  };
+  guarded("louiskv_kernels", "louiskv kernels", [&] { return check_louiskv_kernels(ok); });
+  guarded("louiskv_decide", "louiskv decide", [&] { return check_louiskv_decide(ok); });
   out["pinned_host_source"] = check_pinned_source(shape, prefix, tokens, ok);
   out["paged_pool"] = check_page_pool(ok);
   out["batched_recorded_step"] = check_batched_step(ok);
-  try {
-    out["recorded_retrieval"] = check_recorded_retrieval(ok);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAIL recorded retrieval threw: %s\n", e.what());
-    out["recorded_retrieval"] = {{"error", e.what()}};
-    ok = false;
-  }
-  try {
-    out["decode_attention"] = check_decode_attention(ok);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "FAIL decode attention threw: %s\n", e.what());
-    out["decode_attention"] = {{"error", e.what()}};
-    ok = false;
-  }
+  guarded("recorded_retrieval", "recorded retrieval", [&] { return check_recorded_retrieval(ok); });
+  guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
   out["ok"] = ok;
   std::printf("%s\n", out.dump(2).c_str());
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
