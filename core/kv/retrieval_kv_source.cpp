@@ -215,15 +215,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     // layer timeline panel draws it; its tokens are the rows loaded per KV head).
     TraceRecorder::Open open;
     if (trace) open = trace->begin(layer, TraceLane::kCopy, "retrieve");
-    const int64_t u = l.scored_units;
-    const at::Tensor scores = policy_.score(q, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
-    const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
-                                                      l.offsets.narrow(1, 0, u), s.budget);
-    at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
-    at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
-    gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer,
-                           page_table_.narrow(0, 0, static_cast<int64_t>(pool_pages_.size())),
-                           rows);
+    load_retrieved(layer, l, q, page_table_.narrow(0, 0, static_cast<int64_t>(pool_pages_.size())));
     // Every head's units hold all pool rows, so every head fills the same count: no sync.
     l.retrieved = std::min(s.budget, l.pool_rows);
     l.valid.narrow(1, sinks_, l.retrieved).fill_(true);
@@ -280,15 +272,27 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   l.segment_starts = std::move(starts);
 }
 
+void RetrievalKvSource::load_retrieved(int64_t layer, Layer& l, const at::Tensor& queries,
+                                       const at::Tensor& table, const at::Tensor& enabled) {
+  const int64_t budget = policy_.settings().budget, u = l.scored_units;
+  const at::Tensor scores = policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
+  const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
+                                                    l.offsets.narrow(1, 0, u), budget, enabled);
+  at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, budget);
+  at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, budget);
+  gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer, table, rows, enabled);
+}
+
 void RetrievalKvSource::grow_units(Layer& l) {
   const int64_t limit = l.prompt_units + max_new_ + 1;
   if (l.units >= limit) throw std::logic_error("retrieval: the pool is full");
   const int64_t capacity = std::min(limit, l.sizes.size(1) + kUnitBlock);
   const auto grown = [&](const at::Tensor& t) {
+    const int64_t unit_dim = t.dim() == 1 ? 0 : 1;  // live is [units]; the rest [H, units, ...]
     std::vector<int64_t> sizes = t.sizes().vec();
-    sizes[t.dim() == 1 ? 0 : 1] = capacity;
+    sizes[unit_dim] = capacity;
     at::Tensor out = at::zeros(sizes, t.options());
-    out.narrow(t.dim() == 1 ? 0 : 1, 0, t.size(t.dim() == 1 ? 0 : 1)).copy_(t);
+    out.narrow(unit_dim, 0, t.size(unit_dim)).copy_(t);
     return out;
   };
   stats_.device_kv_bytes -= bytes(l.index);
@@ -360,15 +364,7 @@ at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_
     // value. (A lean recording, for steps known idle, leaves them out: ~1 ms a token on the 8B
     // shape.)
     const at::Tensor enabled = decision.select(0, 0).gt(0).view({1});
-    const int64_t u = l.scored_units;
-    const at::Tensor scores =
-        policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
-    const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
-                                                      l.offsets.narrow(1, 0, u), s.budget, enabled);
-    at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, s.budget);
-    at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, s.budget);
-    gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer, page_table_, rows,
-                           enabled);
+    load_retrieved(layer, l, queries, page_table_, enabled);
     at::Tensor region_valid = l.valid.narrow(1, sinks_, s.budget);
     region_valid.copy_(at::where(enabled, l.retrieved_valid.view({1, -1}), region_valid));
   }

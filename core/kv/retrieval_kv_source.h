@@ -155,6 +155,11 @@ class RetrievalKvSource : public KvSource {
   AttendKv retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh, int64_t position,
                            TraceRecorder* trace);
   void offload_oldest(int64_t layer, Layer& l);
+  // Scores the layer's units against `queries` [Hq, d], selects rows under the budget and copies
+  // them from the pool (page `table`) into the region; `enabled` (optional, one bool on the
+  // device) switches the selection and the copy off: both decode paths load through here.
+  void load_retrieved(int64_t layer, Layer& l, const at::Tensor& queries, const at::Tensor& table,
+                      const at::Tensor& enabled = {});
   // Writes slots [first_slot, first_slot + n) of keys/values ([H, N, d] on the device) as pool
   // rows [first_row, first_row + n) of `layer`, taking pages as the rows grow.
   void write_rows(int64_t layer, int64_t first_row, const at::Tensor& keys,
