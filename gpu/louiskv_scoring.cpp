@@ -59,7 +59,11 @@ void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor&
                     int64_t stride, at::Tensor& decision) {
   check_decide(q, previous, step, decision);
 #ifdef ENGRAM_WITH_CUDA
-  if (q.is_cuda() && q.size(1) <= 256 && previous.is_contiguous() && decision.is_contiguous()) {
+  // The kernel reads f32, bf16 and f16 queries; any other dtype takes the reference.
+  const at::ScalarType t = q.scalar_type();
+  const bool kernel_dtype = t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+  if (q.is_cuda() && kernel_dtype && q.size(1) <= 256 && previous.is_contiguous() &&
+      decision.is_contiguous()) {
     louiskv_decide_cuda(q.contiguous(), previous, step, tau, stride, decision);
     return;
   }
