@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include <algorithm>
 #include <optional>
 
 namespace engram::gpu {
@@ -119,6 +120,28 @@ bool DeviceTimeline::reached(int64_t mark) const {
 #endif
   (void)mark;
   return true;
+}
+
+void DeviceTimeline::wait(int64_t mark) {
+#ifdef ENGRAM_WITH_CUDA
+  if (device_.is_cuda()) impl_->events.at(mark)->synchronize();
+#endif
+  (void)mark;
+}
+
+at::Tensor DeviceTimeline::copy_to_host(const at::Tensor& src) {
+  if (!src.is_cuda()) return src;
+  at::Tensor host = empty_pinned(src.sizes(), src.scalar_type());
+  host.copy_(src, /*non_blocking=*/true);
+  return host;
+}
+
+at::Tensor upload_indices(const std::vector<int64_t>& indices, at::Device device) {
+  const auto n = static_cast<int64_t>(indices.size());
+  if (!device.is_cuda()) return at::tensor(indices, at::kLong);
+  at::Tensor host = empty_pinned({n}, at::kLong);
+  std::copy(indices.begin(), indices.end(), host.data_ptr<int64_t>());
+  return host.to(device, /*non_blocking=*/true);
 }
 
 bool pinned_memory_available() {

@@ -47,6 +47,14 @@ class DeviceTimeline {
   // the CPU, where work runs when it is issued. For a loader that keeps the copy engine busy
   // only while compute runs (KEEP's layer-balanced loading).
   bool reached(int64_t mark) const;
+  // Blocks the host until the device has passed `mark` (and nothing enqueued after it).
+  void wait(int64_t mark);
+
+  // A device tensor copied into pinned host memory behind the compute enqueued so far; the host
+  // may read the result once it has waited for a compute mark recorded after this call. The
+  // work enqueued after the copy keeps the device busy while the host waits for that mark alone
+  // (a `.cpu()` would wait for the whole stream). On the CPU it is `src` itself.
+  at::Tensor copy_to_host(const at::Tensor& src);
 
  private:
   struct Impl;
@@ -59,5 +67,9 @@ class DeviceTimeline {
 // memory otherwise.
 at::Tensor empty_pinned(at::IntArrayRef shape, at::ScalarType dtype);
 bool pinned_memory_available();
+
+// Host indices on the device, uploaded through pinned memory without a wait: a pageable upload
+// makes PyTorch wait for the whole stream, which drains the device in the middle of its work.
+at::Tensor upload_indices(const std::vector<int64_t>& indices, at::Device device);
 
 }  // namespace engram::gpu

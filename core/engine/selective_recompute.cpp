@@ -7,6 +7,7 @@
 
 #include "core/runtime/attention.h"
 #include "core/runtime/decoder_layer.h"
+#include "gpu/device_timeline.h"
 #include "gpu/rope_rotate.h"
 
 namespace engram {
@@ -33,10 +34,6 @@ std::vector<int64_t> checked_rows(const RecomputePolicy& policy, std::vector<int
                            "the recompute set grew (a row dropped earlier has no hidden "
                            "state to recompute from)");
   return rows;
-}
-
-at::Tensor index_tensor(const std::vector<int64_t>& v, at::Device device) {
-  return at::tensor(v, at::kLong).to(device);
 }
 
 // The rows whose attention is measured when a policy asks for `last` rows per unit: each unit's
@@ -90,7 +87,7 @@ at::Tensor unit_of_column(const AssembledLayout& layout, at::Device device) {
   std::vector<int64_t> owner(static_cast<size_t>(layout.total), u_count);
   for (int64_t u = 0; u < u_count; ++u)
     std::fill(owner.begin() + layout.units[u].begin, owner.begin() + layout.units[u].end, u);
-  return at::tensor(owner, at::kLong).to(device);
+  return gpu::upload_indices(owner, device);
 }
 
 at::Tensor unit_mass_of(const at::Tensor& probs, const at::Tensor& unit_of_column, int64_t units) {
@@ -187,6 +184,11 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     cached_v.narrow(2, 0, layout.prefix_tokens).copy_(prompt.prefix->values);
   }
   const at::Tensor inv_freq = decoder.rope().inverse_frequencies();
+  // What the policy reads is copied to the host behind the attention that measures it; the host
+  // waits for that copy alone while the layer's MLP runs (KEEP §4.2: the propagation overlaps
+  // the MLP), so the device is not drained at every layer.
+  std::optional<gpu::DeviceTimeline> own_timeline;
+  gpu::DeviceTimeline& timeline = pooled ? *pooled->timeline : own_timeline.emplace(device);
   std::optional<UnitLayerLoader> loader;
   if (pooled) {
     loader.emplace(*pooled, layout, cached_k, cached_v, inv_freq);
@@ -211,16 +213,16 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
   std::vector<int64_t> all_positions(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
     all_positions[static_cast<size_t>(i)] = i;
-  const at::Tensor positions = index_tensor(all_positions, device).view({1, n});
+  const at::Tensor positions = gpu::upload_indices(all_positions, device).view({1, n});
   const std::pair<at::Tensor, at::Tensor> cos_sin =
       decoder.rope().cos_sin(positions, decoder.dtype());
   const at::Tensor& cos = cos_sin.first;
   const at::Tensor& sin = cos_sin.second;
-  const at::Tensor ids = index_tensor(tokens, device);
+  const at::Tensor ids = gpu::upload_indices(tokens, device);
 
   std::vector<int64_t> rows =
       checked_rows(policy, policy.first_rows(layout, layers), nullptr, layout, 0);
-  at::Tensor idx = index_tensor(rows, device);
+  at::Tensor idx = gpu::upload_indices(rows, device);
   at::Tensor h = w.embed.index_select(0, ids.index_select(0, idx))
                      .view({1, static_cast<int64_t>(rows.size()), c.hidden_size});
   out.ensure_room(n);
@@ -242,7 +244,8 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     evidence.layer = li;
     evidence.rows = rows;
     at::Tensor layer_k = cached_k[li].unsqueeze(0), layer_v = cached_v[li].unsqueeze(0);
-    at::Tensor mass, deviation;  // on the device until the layer is enqueued
+    at::Tensor mass, deviation;  // in host memory once `evidence_mark` is reached
+    int64_t evidence_mark = -1;
     std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
     h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
       const at::Tensor row_cos = cos.index_select(2, idx), row_sin = sin.index_select(2, idx);
@@ -250,7 +253,9 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       const at::Tensor k = Rope::apply(p.k, row_cos, row_sin);
       if (needs.key_deviation) {
         const at::Tensor before = cached_k[li].index_select(1, idx).to(at::kFloat);  // [H, R, d]
-        deviation = (k[0].to(at::kFloat) - before).pow(2).sum(at::IntArrayRef{0, 2});
+        deviation =
+            timeline.copy_to_host((k[0].to(at::kFloat) - before).pow(2).sum(at::IntArrayRef{0, 2}));
+        evidence_mark = timeline.mark(gpu::Lane::kCompute);
       }
       layer_k.index_copy_(2, idx, k);
       layer_v.index_copy_(2, idx, p.v);
@@ -259,24 +264,33 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       if (!needs.unit_attention) return attention(q, kv, row_positions, c.sliding_window);
       if (needs.probe_rows > 0) {  // the output for every row, probabilities for a few
         probes = probe_rows_of(rows, layout, needs.probe_rows);
-        const at::Tensor at_rows = index_tensor(probes.second, device);
+        const at::Tensor at_rows = gpu::upload_indices(probes.second, device);
         const at::Tensor probs =
             attention_probabilities(q.index_select(2, at_rows), kv,
                                     row_positions.index_select(1, at_rows), c.sliding_window);
-        mass =
-            unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size()));
+        mass = timeline.copy_to_host(
+            unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size())));
+        evidence_mark = timeline.mark(gpu::Lane::kCompute);
         return attention(q, kv, row_positions, c.sliding_window);
       }
       probes.first = rows;
       AttentionWithProbabilities a =
           attention_with_probabilities(q, kv, row_positions, c.sliding_window);
-      mass = unit_mass_of(a.mean_probs[0], column_unit, static_cast<int64_t>(layout.units.size()));
+      mass = timeline.copy_to_host(
+          unit_mass_of(a.mean_probs[0], column_unit, static_cast<int64_t>(layout.units.size())));
+      evidence_mark = timeline.mark(gpu::Lane::kCompute);
       return a.out;
     });
     out.write(li, layer_k, layer_v, positions);
     result.plan.rows.push_back(rows);
     if (last) break;
-    if (loader) loader->while_computing(li, pooled->timeline->mark(gpu::Lane::kCompute));
+    // The host needs the layer's evidence, not its end: the MLP enqueued after it keeps the
+    // device busy while the host decides the next rows (and balanced loading fills the copy
+    // lane until then).
+    const int64_t host_needs =
+        evidence_mark >= 0 ? evidence_mark : timeline.mark(gpu::Lane::kCompute);
+    if (loader) loader->while_computing(li, host_needs);
+    if (evidence_mark >= 0) timeline.wait(evidence_mark);
     if (mass.defined())
       evidence.unit_attention = unit_attention_from_mass(mass, probes.first, layout);
     if (deviation.defined()) {
@@ -298,9 +312,9 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
           keep.push_back(static_cast<int64_t>(i));
           ++j;
         }
-      h = h.index_select(1, index_tensor(keep, device));
+      h = h.index_select(1, gpu::upload_indices(keep, device));
       rows = std::move(next);
-      idx = index_tensor(rows, device);
+      idx = gpu::upload_indices(rows, device);
     }
   }
   out.commit(n, {all_positions});
