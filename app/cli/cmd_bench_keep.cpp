@@ -445,6 +445,7 @@ int run_bench_keep(int argc, char** argv) {
         m["prefetched_jobs"] = last.loads.prefetched;
         m["waited_jobs"] = last.loads.waited;
         m["copy_busy_ms"] = busy_ms;
+        m["host_wait_ms"] = last.host_wait_ms;
       }
       m["ttft_ms"] = median_of(ttft);
       m["ttft_runs_ms"] = ttft;

@@ -1,6 +1,7 @@
 #include "core/engine/selective_recompute.h"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -289,8 +290,12 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     // lane until then).
     const int64_t host_needs =
         evidence_mark >= 0 ? evidence_mark : timeline.mark(gpu::Lane::kCompute);
+    const auto wait_start = std::chrono::steady_clock::now();
     if (loader) loader->while_computing(li, host_needs);
     if (evidence_mark >= 0) timeline.wait(evidence_mark);
+    result.host_wait_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wait_start)
+            .count();
     if (mass.defined())
       evidence.unit_attention = unit_attention_from_mass(mass, probes.first, layout);
     if (deviation.defined()) {

@@ -39,6 +39,9 @@ struct SelectivePrefill {
   RecomputePlan plan;
   AssembledLayout layout;
   UnitLoadStats loads;  // with pooled units
+  // Host time spent waiting for the device between layers (the policy's evidence, balanced
+  // loading's polling): where the device may run dry while the host decides.
+  double host_wait_ms = 0;
 };
 
 // `out` (one row, empty) receives the assembled KV of every layer; it grows as needed. Throws
