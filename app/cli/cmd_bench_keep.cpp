@@ -446,6 +446,9 @@ int run_bench_keep(int argc, char** argv) {
         m["waited_jobs"] = last.loads.waited;
         m["copy_busy_ms"] = busy_ms;
         m["host_wait_ms"] = last.host_wait_ms;
+        const LayerProfile profile = layer_profile(*run_timeline, last);
+        m["layers_ms"] = profile.layers_ms;
+        m["between_layers_ms"] = profile.between_ms;
       }
       m["ttft_ms"] = median_of(ttft);
       m["ttft_runs_ms"] = ttft;

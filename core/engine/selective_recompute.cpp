@@ -8,6 +8,7 @@
 
 #include "core/runtime/attention.h"
 #include "core/runtime/decoder_layer.h"
+#include "core/trace/trace_recorder.h"
 #include "gpu/device_timeline.h"
 #include "gpu/rope_rotate.h"
 
@@ -241,6 +242,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
                            needs.key_deviation ? every_unit : std::vector<bool>{},
                            next_deviation ? every_unit : std::vector<bool>{});
     }
+    const int64_t layer_start = timeline.mark(gpu::Lane::kCompute);
     LayerEvidence evidence;
     evidence.layer = li;
     evidence.rows = rows;
@@ -283,13 +285,17 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       return a.out;
     });
     out.write(li, layer_k, layer_v, positions);
+    const int64_t layer_end = timeline.mark(gpu::Lane::kCompute);
+    if (pooled) result.layer_marks.emplace_back(layer_start, layer_end);
+    if (pooled && pooled->trace)
+      pooled->trace->add(li, TraceLane::kCompute, "layer", layer_start, layer_end,
+                         static_cast<int64_t>(rows.size()), 0);
     result.plan.rows.push_back(rows);
     if (last) break;
     // The host needs the layer's evidence, not its end: the MLP enqueued after it keeps the
     // device busy while the host decides the next rows (and balanced loading fills the copy
     // lane until then).
-    const int64_t host_needs =
-        evidence_mark >= 0 ? evidence_mark : timeline.mark(gpu::Lane::kCompute);
+    const int64_t host_needs = evidence_mark >= 0 ? evidence_mark : layer_end;
     const auto wait_start = std::chrono::steady_clock::now();
     if (loader) loader->while_computing(li, host_needs);
     if (evidence_mark >= 0) timeline.wait(evidence_mark);
@@ -326,6 +332,19 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
   result.logits = decoder_logits(c, w, h.narrow(1, h.size(1) - 1, 1)).reshape({-1});
   if (loader) result.loads = loader->stats();
   return result;
+}
+
+LayerProfile layer_profile(gpu::DeviceTimeline& timeline, const SelectivePrefill& prefill) {
+  LayerProfile p;
+  if (prefill.layer_marks.empty()) return p;
+  const std::vector<double> us = timeline.resolve_us();
+  const auto at = [&](int64_t mark) { return us.at(static_cast<size_t>(mark)) / 1e3; };
+  for (size_t i = 0; i < prefill.layer_marks.size(); ++i) {
+    const auto [start, end] = prefill.layer_marks[i];
+    p.layers_ms += at(end) - at(start);
+    if (i > 0) p.between_ms += at(start) - at(prefill.layer_marks[i - 1].second);
+  }
+  return p;
 }
 
 }  // namespace engram

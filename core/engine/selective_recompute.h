@@ -42,7 +42,19 @@ struct SelectivePrefill {
   // Host time spent waiting for the device between layers (the policy's evidence, balanced
   // loading's polling): where the device may run dry while the host decides.
   double host_wait_ms = 0;
+  // With pooled units: (start, end) compute marks of each layer on the pooled timeline (also
+  // `layer` intervals in its trace); resolve them with layer_profile() when wanted.
+  std::vector<std::pair<int64_t, int64_t>> layer_marks;
 };
+
+// Where a selective prefill's device time went: the layers' own time and the time between one
+// layer's end and the next one's start (the host deciding, copies waited for), ms. Resolving
+// waits for the device.
+struct LayerProfile {
+  double layers_ms = 0;
+  double between_ms = 0;
+};
+LayerProfile layer_profile(gpu::DeviceTimeline& timeline, const SelectivePrefill& prefill);
 
 // `out` (one row, empty) receives the assembled KV of every layer; it grows as needed. Throws
 // std::invalid_argument for a prompt that does not fit the model or a prefix not at 0, and
