@@ -449,6 +449,8 @@ int run_bench_keep(int argc, char** argv) {
         const LayerProfile profile = layer_profile(*run_timeline, last);
         m["layers_ms"] = profile.layers_ms;
         m["between_layers_ms"] = profile.between_ms;
+        m["layer_parts_ms"] = {
+            {"qkv", profile.qkv_ms}, {"attention", profile.attention_ms}, {"mlp", profile.mlp_ms}};
       }
       m["ttft_ms"] = median_of(ttft);
       m["ttft_runs_ms"] = ttft;

@@ -250,7 +250,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     at::Tensor mass, deviation;  // in host memory once `evidence_mark` is reached
     int64_t evidence_mark = -1;
     std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
-    h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
+    const auto attend = [&](const LayerQkv& p) -> at::Tensor {
       const at::Tensor row_cos = cos.index_select(2, idx), row_sin = sin.index_select(2, idx);
       const at::Tensor q = Rope::apply(p.q, row_cos, row_sin);
       const at::Tensor k = Rope::apply(p.k, row_cos, row_sin);
@@ -283,10 +283,17 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
           unit_mass_of(a.mean_probs[0], column_unit, static_cast<int64_t>(layout.units.size())));
       evidence_mark = timeline.mark(gpu::Lane::kCompute);
       return a.out;
+    };
+    LayerMarks marks{layer_start};
+    h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
+      marks.qkv = timeline.mark(gpu::Lane::kCompute);
+      at::Tensor o = attend(p);
+      marks.attention = timeline.mark(gpu::Lane::kCompute);
+      return o;
     });
     out.write(li, layer_k, layer_v, positions);
-    const int64_t layer_end = timeline.mark(gpu::Lane::kCompute);
-    if (pooled) result.layer_marks.emplace_back(layer_start, layer_end);
+    const int64_t layer_end = marks.end = timeline.mark(gpu::Lane::kCompute);
+    if (pooled) result.layer_marks.push_back(marks);
     if (pooled && pooled->trace)
       pooled->trace->add(li, TraceLane::kCompute, "layer", layer_start, layer_end,
                          static_cast<int64_t>(rows.size()), 0);
@@ -340,9 +347,12 @@ LayerProfile layer_profile(gpu::DeviceTimeline& timeline, const SelectivePrefill
   const std::vector<double> us = timeline.resolve_us();
   const auto at = [&](int64_t mark) { return us.at(static_cast<size_t>(mark)) / 1e3; };
   for (size_t i = 0; i < prefill.layer_marks.size(); ++i) {
-    const auto [start, end] = prefill.layer_marks[i];
-    p.layers_ms += at(end) - at(start);
-    if (i > 0) p.between_ms += at(start) - at(prefill.layer_marks[i - 1].second);
+    const LayerMarks& m = prefill.layer_marks[i];
+    p.layers_ms += at(m.end) - at(m.start);
+    p.qkv_ms += at(m.qkv) - at(m.start);
+    p.attention_ms += at(m.attention) - at(m.qkv);
+    p.mlp_ms += at(m.end) - at(m.attention);
+    if (i > 0) p.between_ms += at(m.start) - at(prefill.layer_marks[i - 1].end);
   }
   return p;
 }

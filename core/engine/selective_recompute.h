@@ -34,6 +34,12 @@ struct AssembledPrompt {
   std::vector<int64_t> tokens() const;  // prefix + units + query
 };
 
+// Compute marks of one layer: its start, the end of its QKV projection, the end of its
+// attention (with what the policy measures) and its end (output projection, MLP, KV written).
+struct LayerMarks {
+  int64_t start = -1, qkv = -1, attention = -1, end = -1;
+};
+
 struct SelectivePrefill {
   at::Tensor logits;  // f32 [vocab], of the last query row
   RecomputePlan plan;
@@ -42,9 +48,9 @@ struct SelectivePrefill {
   // Host time spent waiting for the device between layers (the policy's evidence, balanced
   // loading's polling): where the device may run dry while the host decides.
   double host_wait_ms = 0;
-  // With pooled units: (start, end) compute marks of each layer on the pooled timeline (also
-  // `layer` intervals in its trace); resolve them with layer_profile() when wanted.
-  std::vector<std::pair<int64_t, int64_t>> layer_marks;
+  // With pooled units: each layer's compute marks on the pooled timeline (also `layer`
+  // intervals in its trace); resolve them with layer_profile() when wanted.
+  std::vector<LayerMarks> layer_marks;
 };
 
 // Where a selective prefill's device time went: the layers' own time and the time between one
@@ -52,6 +58,7 @@ struct SelectivePrefill {
 // waits for the device.
 struct LayerProfile {
   double layers_ms = 0;
+  double qkv_ms = 0, attention_ms = 0, mlp_ms = 0;  // the layers' parts (LayerMarks)
   double between_ms = 0;
 };
 LayerProfile layer_profile(gpu::DeviceTimeline& timeline, const SelectivePrefill& prefill);
