@@ -449,8 +449,11 @@ int run_bench_keep(int argc, char** argv) {
         const LayerProfile profile = layer_profile(*run_timeline, last);
         m["layers_ms"] = profile.layers_ms;
         m["between_layers_ms"] = profile.between_ms;
-        m["layer_parts_ms"] = {
-            {"qkv", profile.qkv_ms}, {"attention", profile.attention_ms}, {"mlp", profile.mlp_ms}};
+        m["layer_parts_ms"] = {{"qkv", profile.qkv_ms},
+                               {"attention", profile.attention_ms},
+                               {"attention_to_evidence", profile.evidence_ms},
+                               {"mlp", profile.mlp_ms}};
+        m["host_enqueue_ms"] = last.host_enqueue_ms;
       }
       m["ttft_ms"] = median_of(ttft);
       m["ttft_runs_ms"] = ttft;

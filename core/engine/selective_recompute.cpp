@@ -62,6 +62,34 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> probe_rows_of(
   return out;
 }
 
+// What a layer needs of its recomputed rows that depends on the rows alone, rebuilt only when
+// the policy changes them: the layers with few rows are bound by the host's enqueueing, and a
+// policy keeps the same rows over several layers.
+struct RowTensors {
+  at::Tensor idx, cos, sin, positions, mask;  // mask [1, 1, R, n]
+  int64_t probe_last = 0;                     // the probes below are for this many rows per unit
+  std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
+  at::Tensor probe_at, probe_positions, probe_mask;
+
+  RowTensors(const std::vector<int64_t>& rows, const at::Tensor& all_cos, const at::Tensor& all_sin,
+             const at::Tensor& all_positions, std::optional<int64_t> window)
+      : idx(gpu::upload_indices(rows, all_positions.device())),
+        cos(all_cos.index_select(2, idx)),
+        sin(all_sin.index_select(2, idx)),
+        positions(all_positions.index_select(1, idx)),
+        mask(position_mask(positions, all_positions, window)) {}
+
+  void probe(const std::vector<int64_t>& rows, const AssembledLayout& layout, int64_t last,
+             const at::Tensor& all_positions, std::optional<int64_t> window) {
+    if (probe_last == last) return;
+    probe_last = last;
+    probes = probe_rows_of(rows, layout, last);
+    probe_at = gpu::upload_indices(probes.second, all_positions.device());
+    probe_positions = positions.index_select(1, probe_at);
+    probe_mask = position_mask(probe_positions, all_positions, window);
+  }
+};
+
 }  // namespace
 
 AssembledLayout AssembledPrompt::layout() const {
@@ -224,8 +252,9 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
 
   std::vector<int64_t> rows =
       checked_rows(policy, policy.first_rows(layout, layers), nullptr, layout, 0);
-  at::Tensor idx = gpu::upload_indices(rows, device);
-  at::Tensor h = w.embed.index_select(0, ids.index_select(0, idx))
+  std::optional<RowTensors> rt;
+  rt.emplace(rows, cos, sin, positions, c.sliding_window);
+  at::Tensor h = w.embed.index_select(0, ids.index_select(0, rt->idx))
                      .view({1, static_cast<int64_t>(rows.size()), c.hidden_size});
   out.ensure_room(n);
   const std::vector<bool> every_unit(layout.units.size(), true);
@@ -243,17 +272,18 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
                            next_deviation ? every_unit : std::vector<bool>{});
     }
     const int64_t layer_start = timeline.mark(gpu::Lane::kCompute);
+    const auto enqueue_start = std::chrono::steady_clock::now();
     LayerEvidence evidence;
     evidence.layer = li;
     evidence.rows = rows;
     at::Tensor layer_k = cached_k[li].unsqueeze(0), layer_v = cached_v[li].unsqueeze(0);
     at::Tensor mass, deviation;  // in host memory once `evidence_mark` is reached
     int64_t evidence_mark = -1;
-    std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
+    std::vector<int64_t> measured;  // the rows whose attention is measured
     const auto attend = [&](const LayerQkv& p) -> at::Tensor {
-      const at::Tensor row_cos = cos.index_select(2, idx), row_sin = sin.index_select(2, idx);
-      const at::Tensor q = Rope::apply(p.q, row_cos, row_sin);
-      const at::Tensor k = Rope::apply(p.k, row_cos, row_sin);
+      const at::Tensor& idx = rt->idx;
+      const at::Tensor q = Rope::apply(p.q, rt->cos, rt->sin);
+      const at::Tensor k = Rope::apply(p.k, rt->cos, rt->sin);
       if (needs.key_deviation) {
         const at::Tensor before = cached_k[li].index_select(1, idx).to(at::kFloat);  // [H, R, d]
         deviation =
@@ -263,20 +293,22 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       layer_k.index_copy_(2, idx, k);
       layer_v.index_copy_(2, idx, p.v);
       AttendKv kv{layer_k, layer_v, positions, static_cast<int64_t>(rows.size()) == n};
-      const at::Tensor row_positions = positions.index_select(1, idx);
+      kv.mask = rt->mask;
+      const at::Tensor& row_positions = rt->positions;
       if (!needs.unit_attention) return attention(q, kv, row_positions, c.sliding_window);
       if (needs.probe_rows > 0) {  // the output for every row, probabilities for a few
-        probes = probe_rows_of(rows, layout, needs.probe_rows);
-        const at::Tensor at_rows = gpu::upload_indices(probes.second, device);
-        const at::Tensor probs =
-            attention_probabilities(q.index_select(2, at_rows), kv,
-                                    row_positions.index_select(1, at_rows), c.sliding_window);
+        rt->probe(rows, layout, needs.probe_rows, positions, c.sliding_window);
+        measured = rt->probes.first;
+        AttendKv probe_kv = kv;
+        probe_kv.mask = rt->probe_mask;
+        const at::Tensor probs = attention_probabilities(q.index_select(2, rt->probe_at), probe_kv,
+                                                         rt->probe_positions, c.sliding_window);
         mass = timeline.copy_to_host(
             unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size())));
         evidence_mark = timeline.mark(gpu::Lane::kCompute);
         return attention(q, kv, row_positions, c.sliding_window);
       }
-      probes.first = rows;
+      measured = rows;
       AttentionWithProbabilities a =
           attention_with_probabilities(q, kv, row_positions, c.sliding_window);
       mass = timeline.copy_to_host(
@@ -288,11 +320,15 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
       marks.qkv = timeline.mark(gpu::Lane::kCompute);
       at::Tensor o = attend(p);
+      marks.evidence = evidence_mark;
       marks.attention = timeline.mark(gpu::Lane::kCompute);
       return o;
     });
     out.write(li, layer_k, layer_v, positions);
     const int64_t layer_end = marks.end = timeline.mark(gpu::Lane::kCompute);
+    result.host_enqueue_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - enqueue_start)
+            .count();
     if (pooled) result.layer_marks.push_back(marks);
     if (pooled && pooled->trace)
       pooled->trace->add(li, TraceLane::kCompute, "layer", layer_start, layer_end,
@@ -309,8 +345,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     result.host_wait_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - wait_start)
             .count();
-    if (mass.defined())
-      evidence.unit_attention = unit_attention_from_mass(mass, probes.first, layout);
+    if (mass.defined()) evidence.unit_attention = unit_attention_from_mass(mass, measured, layout);
     if (deviation.defined()) {
       const at::Tensor d = deviation.to(at::kDouble).cpu().contiguous();
       evidence.key_deviation.assign(d.data_ptr<double>(), d.data_ptr<double>() + rows.size());
@@ -332,7 +367,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
         }
       h = h.index_select(1, gpu::upload_indices(keep, device));
       rows = std::move(next);
-      idx = gpu::upload_indices(rows, device);
+      rt.emplace(rows, cos, sin, positions, c.sliding_window);
     }
   }
   out.commit(n, {all_positions});
@@ -351,6 +386,7 @@ LayerProfile layer_profile(gpu::DeviceTimeline& timeline, const SelectivePrefill
     p.layers_ms += at(m.end) - at(m.start);
     p.qkv_ms += at(m.qkv) - at(m.start);
     p.attention_ms += at(m.attention) - at(m.qkv);
+    if (m.evidence >= 0) p.evidence_ms += at(m.evidence) - at(m.qkv);
     p.mlp_ms += at(m.end) - at(m.attention);
     if (i > 0) p.between_ms += at(m.start) - at(prefill.layer_marks[i - 1].end);
   }

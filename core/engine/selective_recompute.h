@@ -34,10 +34,11 @@ struct AssembledPrompt {
   std::vector<int64_t> tokens() const;  // prefix + units + query
 };
 
-// Compute marks of one layer: its start, the end of its QKV projection, the end of its
-// attention (with what the policy measures) and its end (output projection, MLP, KV written).
+// Compute marks of one layer: its start, the end of its QKV projection, the end of what the
+// policy measures (-1 when nothing), the end of its attention and its end (output projection,
+// MLP, KV written).
 struct LayerMarks {
-  int64_t start = -1, qkv = -1, attention = -1, end = -1;
+  int64_t start = -1, qkv = -1, evidence = -1, attention = -1, end = -1;
 };
 
 struct SelectivePrefill {
@@ -48,6 +49,9 @@ struct SelectivePrefill {
   // Host time spent waiting for the device between layers (the policy's evidence, balanced
   // loading's polling): where the device may run dry while the host decides.
   double host_wait_ms = 0;
+  // Host time spent enqueueing the layers (from each layer's start to its end mark): when it is
+  // close to the layers' device time, the layers are bound by the host.
+  double host_enqueue_ms = 0;
   // With pooled units: each layer's compute marks on the pooled timeline (also `layer`
   // intervals in its trace); resolve them with layer_profile() when wanted.
   std::vector<LayerMarks> layer_marks;
@@ -59,6 +63,7 @@ struct SelectivePrefill {
 struct LayerProfile {
   double layers_ms = 0;
   double qkv_ms = 0, attention_ms = 0, mlp_ms = 0;  // the layers' parts (LayerMarks)
+  double evidence_ms = 0;  // of attention_ms: up to the policy's evidence (RoPE, KV, probes)
   double between_ms = 0;
 };
 LayerProfile layer_profile(gpu::DeviceTimeline& timeline, const SelectivePrefill& prefill);

@@ -50,6 +50,9 @@ struct AttendKv {
   // of them: the runtime may then use a plain causal kernel instead of an explicit mask.
   bool dense_causal = false;
   at::Tensor key_valid;
+  // Optional: the queries' mask [B, 1, S, T], kept by a caller whose same rows attend at several
+  // layers (KEEP's recomputed rows); built from the positions (and key_valid) when undefined.
+  at::Tensor mask;
 };
 
 enum class ForwardPhase : uint8_t { kPrefill, kDecode };

@@ -31,6 +31,7 @@ at::Tensor grouped_mask(const at::Tensor& mask, int64_t g) {
 // [B, 1, S, T], or [B, Hkv, S, T].
 at::Tensor attend_mask(const AttendKv& kv, const at::Tensor& q_positions,
                        std::optional<int64_t> window) {
+  if (kv.mask.defined()) return kv.mask;
   at::Tensor mask = position_mask(q_positions, kv.key_positions, window);
   if (kv.key_valid.defined()) mask = mask.logical_and(kv.key_valid.unsqueeze(2));
   return mask;
