@@ -24,12 +24,14 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
 #include "app/cli/bench_report.h"
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
+#include "app/cli/torch_profile.h"
 #include "core/engine/selective_recompute.h"
 #include "core/kv/cache_kv_source.h"
 #include "core/kv/kv_unit_pool.h"
@@ -186,7 +188,8 @@ int run_bench_keep(int argc, char** argv) {
   auto with_value = model_flags_with_value();
   with_value.insert({"segments", "segment-tokens-min", "segment-tokens-max", "prefix-tokens",
                      "query-tokens", "changed", "static-share", "chunk-tokens", "page-tokens",
-                     "methods", "repeat", "seed", "json", "keep-options"});
+                     "methods", "repeat", "seed", "json", "keep-options", "profile",
+                     "profile-method"});
   const Args args(argc, argv, 2, with_value, {"check"});
   // --check: every runner method's logits against the same prefill with the units' KV put in
   // place (no pool, no copy stream), and the runner's full recompute from the pool against the
@@ -215,6 +218,10 @@ int run_bench_keep(int argc, char** argv) {
   }
   // Options of every keep method (e.g. probe=8), the ablations included.
   const std::string keep_options = args.str("keep-options", "");
+  // --profile PREFIX: a Kineto trace of one run of --profile-method (default keep) per segment
+  // count, PREFIX-<segments>-<method>.json (CUDA builds).
+  const std::string profile_path = args.str("profile", "");
+  const std::string profile_method = args.str("profile-method", "keep");
   const auto keep_spec = [&](const std::string& more) {
     std::string o = keep_options;
     if (!more.empty()) o += (o.empty() ? "" : ",") + more;
@@ -382,11 +389,16 @@ int run_bench_keep(int argc, char** argv) {
         pooled.timeline = &timeline;
         pooled.loading = loading;
         std::unique_ptr<gpu::DeviceTimeline> run_timeline;
-        for (int64_t r = -1; r < repeat; ++r) {
+        // With --profile, a second warm-up run (allocators warm, not counted) is traced.
+        const bool profiled = !profile_path.empty() && method == profile_method;
+        for (int64_t r = profiled ? -2 : -1; r < repeat; ++r) {
           std::vector<int64_t> fresh;  // this step's recomputed units, on the device tier
           double inv = 0;
           run_timeline = std::make_unique<gpu::DeviceTimeline>(device);
           pooled.timeline = run_timeline.get();
+          std::optional<TorchProfile> profile;
+          if (profiled && r == -1)
+            profile.emplace(profile_path + "-" + std::to_string(n) + "-" + method + ".json");
           const double t = elapsed_ms(device, [&] {
             const auto t0 = std::chrono::steady_clock::now();
             pooled.ids = step.pool_ids;
@@ -407,6 +419,7 @@ int run_bench_keep(int argc, char** argv) {
             cache.truncate(0, 0);
             last = selective_prefill(d, prompt, *policy, cache, &pooled);
           });
+          profile.reset();
           for (int64_t id : fresh)
             pool.remove(id);
           if (r >= 0) {
