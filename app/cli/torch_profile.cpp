@@ -1,9 +1,10 @@
 #include "app/cli/torch_profile.h"
 
-#include <spdlog/spdlog.h>
-
+#include <cstdio>
 #include <stdexcept>
 
+// Not spdlog here: the profiler's headers bring PyTorch's own fmt, which the system spdlog
+// does not build against.
 #ifdef ENGRAM_WITH_CUDA
 #include <torch/csrc/autograd/profiler_kineto.h>
 #endif
@@ -24,9 +25,9 @@ TorchProfile::TorchProfile(std::string path) : path_(std::move(path)) {
 TorchProfile::~TorchProfile() {
   try {
     profiler::disableProfiler()->save(path_);
-    spdlog::info("profile written to {}", path_);
+    std::fprintf(stderr, "profile written to %s\n", path_.c_str());
   } catch (const std::exception& e) {
-    spdlog::error("profile {}: {}", path_, e.what());
+    std::fprintf(stderr, "profile %s: %s\n", path_.c_str(), e.what());
   }
 }
 #else
