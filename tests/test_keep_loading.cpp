@@ -206,7 +206,10 @@ class KeepLoadingTest : public QObject {
     const SelectivePrefill all = run("keep:mean=0.3"), covering = run("keep:mean=0.3,probe=100"),
                            few = run("keep:mean=0.3,probe=1");
     QVERIFY(all.plan.rows == covering.plan.rows);
-    QVERIFY(max_diff(all.logits, covering.logits) < 1e-5);
+    // The same rows, two arithmetics: every row's output from the measured probabilities, and
+    // with probes the attention per run of contiguous rows (f32 reductions in another order:
+    // 1.5e-5 on logits of magnitude 8.6).
+    QVERIFY(max_diff(all.logits, covering.logits) < 5e-5);
     // One row per unit measures something else: the hops' scores differ.
     QVERIFY(few.plan.hops[0][0].scores != all.plan.hops[0][0].scores);
     QVERIFY_EXCEPTION_THROWN(make_recompute_policy("keep:probe=-1"), std::invalid_argument);

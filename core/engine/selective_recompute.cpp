@@ -62,12 +62,35 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> probe_rows_of(
   return out;
 }
 
+// A contiguous run of recomputed rows: rows[first, first + count) sit at positions
+// [end - count, end) and see the keys [0, end): the last `count` of `end` keys, which is
+// FlashAttention's own (bottom-right) causal alignment, with no mask and no repeated KV heads.
+struct RowRun {
+  int64_t first = 0, count = 0, end = 0;
+};
+
+// Above this many runs (token-level selections: CacheBlend) one masked call is cheaper than a
+// call per run.
+constexpr size_t kMaxRowRuns = 16;
+
+std::vector<RowRun> row_runs(const std::vector<int64_t>& rows) {
+  std::vector<RowRun> runs;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (runs.empty() || rows[i] != runs.back().end)
+      runs.push_back({static_cast<int64_t>(i), 0, rows[i]});
+    ++runs.back().count;
+    ++runs.back().end;
+  }
+  return runs;
+}
+
 // What a layer needs of its recomputed rows that depends on the rows alone, rebuilt only when
 // the policy changes them: the layers with few rows are bound by the host's enqueueing, and a
 // policy keeps the same rows over several layers.
 struct RowTensors {
   at::Tensor idx, cos, sin, positions, mask;  // mask [1, 1, R, n]
-  int64_t probe_last = 0;                     // the probes below are for this many rows per unit
+  std::vector<RowRun> runs;
+  int64_t probe_last = 0;  // the probes below are for this many rows per unit
   std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
   at::Tensor probe_at, probe_positions, probe_mask;
 
@@ -77,7 +100,8 @@ struct RowTensors {
         cos(all_cos.index_select(2, idx)),
         sin(all_sin.index_select(2, idx)),
         positions(all_positions.index_select(1, idx)),
-        mask(position_mask(positions, all_positions, window)) {}
+        mask(position_mask(positions, all_positions, window)),
+        runs(row_runs(rows)) {}
 
   void probe(const std::vector<int64_t>& rows, const AssembledLayout& layout, int64_t last,
              const at::Tensor& all_positions, std::optional<int64_t> window) {
@@ -295,7 +319,22 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       AttendKv kv{layer_k, layer_v, positions, static_cast<int64_t>(rows.size()) == n};
       kv.mask = rt->mask;
       const at::Tensor& row_positions = rt->positions;
-      if (!needs.unit_attention) return attention(q, kv, row_positions, c.sliding_window);
+      // The output of every row: a call per run of contiguous rows (whole units: KEEP's
+      // granularity), one masked call over scattered rows.
+      const auto attend_rows = [&]() -> at::Tensor {
+        if (kv.dense_causal || rt->runs.size() > kMaxRowRuns)
+          return attention(q, kv, row_positions, c.sliding_window);
+        std::vector<at::Tensor> parts;
+        for (const RowRun& run : rt->runs) {
+          const AttendKv part{layer_k.narrow(2, 0, run.end), layer_v.narrow(2, 0, run.end),
+                              positions.narrow(1, 0, run.end), /*dense_causal=*/true};
+          parts.push_back(attention(q.narrow(2, run.first, run.count), part,
+                                    row_positions.narrow(1, run.first, run.count),
+                                    c.sliding_window));
+        }
+        return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
+      };
+      if (!needs.unit_attention) return attend_rows();
       if (needs.probe_rows > 0) {  // the output for every row, probabilities for a few
         rt->probe(rows, layout, needs.probe_rows, positions, c.sliding_window);
         measured = rt->probes.first;
@@ -306,7 +345,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
         mass = timeline.copy_to_host(
             unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size())));
         evidence_mark = timeline.mark(gpu::Lane::kCompute);
-        return attention(q, kv, row_positions, c.sliding_window);
+        return attend_rows();
       }
       measured = rows;
       AttentionWithProbabilities a =
