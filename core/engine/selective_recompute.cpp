@@ -340,8 +340,11 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
         measured = rt->probes.first;
         AttendKv probe_kv = kv;
         probe_kv.mask = rt->probe_mask;
-        const at::Tensor probs = attention_probabilities(q.index_select(2, rt->probe_at), probe_kv,
-                                                         rt->probe_positions, c.sliding_window);
+        // Scores in the compute dtype, as the all-rows path (attention_with_probabilities) and
+        // the eager attention compute them: no f32 copy of the layer's keys, tensor cores.
+        const at::Tensor probs =
+            attention_probabilities(q.index_select(2, rt->probe_at), probe_kv, rt->probe_positions,
+                                    c.sliding_window, /*f32_scores=*/false);
         mass = timeline.copy_to_host(
             unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size())));
         evidence_mark = timeline.mark(gpu::Lane::kCompute);

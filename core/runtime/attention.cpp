@@ -37,14 +37,16 @@ at::Tensor attend_mask(const AttendKv& kv, const at::Tensor& q_positions,
   return mask;
 }
 
-at::Tensor grouped_probabilities(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask) {
+at::Tensor grouped_probabilities(const at::Tensor& q, const at::Tensor& k, const at::Tensor& mask,
+                                 bool f32_scores) {
   const int64_t g = q.size(1) / k.size(1);
-  at::Tensor scores = grouped_scores(q, k, /*f32=*/true) * (1.0 / std::sqrt(double(q.size(3))));
+  at::Tensor scores = grouped_scores(q, k, f32_scores || q.scalar_type() == at::kFloat) *
+                      (1.0 / std::sqrt(double(q.size(3))));
   if (mask.defined()) {
     scores.masked_fill_(grouped_mask(mask, g).logical_not(),
                         -std::numeric_limits<float>::infinity());
   }
-  return at::softmax(scores, -1);  // [B, Hkv, g·S, T] f32
+  return at::softmax(scores, -1, at::kFloat);  // [B, Hkv, g·S, T] f32
 }
 
 // The grouped path: used for decode (S small) and as the reference path on torch 1.13.
@@ -142,11 +144,11 @@ at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& 
 }
 
 at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
-                                   const at::Tensor& q_row_positions,
-                                   std::optional<int64_t> window) {
+                                   const at::Tensor& q_row_positions, std::optional<int64_t> window,
+                                   bool f32_scores) {
   const int64_t b = q_rows.size(0), hq = q_rows.size(1), r = q_rows.size(2);
   at::Tensor probs =
-      grouped_probabilities(q_rows, kv.keys, attend_mask(kv, q_row_positions, window));
+      grouped_probabilities(q_rows, kv.keys, attend_mask(kv, q_row_positions, window), f32_scores);
   return probs.reshape({b, hq, r, kv.keys.size(2)});
 }
 

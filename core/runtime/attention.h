@@ -22,10 +22,12 @@ at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& 
 
 // Softmax probabilities of the given query rows against every key, f32 [B, Hq, R, T].
 // Flash/SDPA kernels do not return probabilities; importance scoring needs them for a few rows
-// only, so they are recomputed here for those rows (O(R·T), not O(S·T)).
+// only, so they are recomputed here for those rows (O(R·T), not O(S·T)). The scores are f32
+// unless `f32_scores` is false: then in the compute dtype (tensor cores, as the eager attention
+// computes them), the softmax still in f32.
 at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
-                                   const at::Tensor& q_row_positions,
-                                   std::optional<int64_t> window);
+                                   const at::Tensor& q_row_positions, std::optional<int64_t> window,
+                                   bool f32_scores = true);
 
 // Attention of every row of q together with its head-averaged probabilities, f32 [B, S, T], in
 // one pass: scores in the compute dtype, softmax in f32, the output from those probabilities
