@@ -96,6 +96,36 @@ class AttentionTest : public QObject {
     QVERIFY(at::allclose(attention(q, kv, qpos, std::nullopt), expected, 1e-5, 1e-5));
   }
 
+  // An assembled prompt's recomputed rows: queries at sorted positions (runs, a lone row, the
+  // last row) over keys 0..T-1. Run by run equals one masked call, and the caller's kv.mask
+  // (kept across layers) equals the mask built from positions.
+  void runsOfRowsEqualTheMaskedCall() {
+    at::manual_seed(11);
+    const std::vector<int64_t> rows{3, 4, 5, 9, 14, 15, 16, 17, 23};
+    const int64_t t = 24, hq = 6, hkv = 2, d = 16;
+    const auto r = static_cast<int64_t>(rows.size());
+    const std::vector<QueryRun> runs = query_runs(rows);
+    QCOMPARE(runs.size(), size_t{4});
+    QCOMPARE(runs[2].first, int64_t{4});
+    QCOMPARE(runs[2].count, int64_t{4});
+    QCOMPARE(runs[2].end, int64_t{18});
+    at::Tensor q = at::randn({1, hq, r, d});
+    AttendKv kv;
+    kv.keys = at::randn({1, hkv, t, d});
+    kv.values = at::randn({1, hkv, t, d});
+    kv.key_positions = at::arange(t, at::kLong).unsqueeze(0);
+    const at::Tensor qpos = at::tensor(rows, at::kLong).unsqueeze(0);
+    const at::Tensor mask = position_mask(qpos, kv.key_positions, std::nullopt);
+    const at::Tensor expected =
+        at::matmul(reference_probs(q, kv.keys, mask), kv.values.repeat_interleave(hq / hkv, 1));
+    QVERIFY(at::allclose(attention_by_runs(q, kv, qpos, runs, std::nullopt), expected, 1e-5, 1e-5));
+    kv.mask = mask;
+    QVERIFY(at::allclose(attention(q, kv, qpos, std::nullopt), expected, 1e-5, 1e-5));
+    // Compute-dtype scores: f32 here, so the same probabilities.
+    QVERIFY(at::allclose(attention_probabilities(q, kv, qpos, std::nullopt, false),
+                         reference_probs(q, kv.keys, mask), 1e-5, 1e-6));
+  }
+
   void slidingWindowLimitsTheKeys() {
     const at::Tensor kpos = at::arange(10, at::kLong).unsqueeze(0);
     const at::Tensor qpos = at::tensor(std::vector<int64_t>{9}, at::kLong).unsqueeze(0);

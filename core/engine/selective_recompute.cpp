@@ -62,34 +62,12 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> probe_rows_of(
   return out;
 }
 
-// A contiguous run of recomputed rows: rows[first, first + count) sit at positions
-// [end - count, end) and see the keys [0, end): the last `count` of `end` keys, which is
-// FlashAttention's own (bottom-right) causal alignment, with no mask and no repeated KV heads.
-struct RowRun {
-  int64_t first = 0, count = 0, end = 0;
-};
-
-// Above this many runs (token-level selections: CacheBlend) one masked call is cheaper than a
-// call per run.
-constexpr size_t kMaxRowRuns = 16;
-
-std::vector<RowRun> row_runs(const std::vector<int64_t>& rows) {
-  std::vector<RowRun> runs;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (runs.empty() || rows[i] != runs.back().end)
-      runs.push_back({static_cast<int64_t>(i), 0, rows[i]});
-    ++runs.back().count;
-    ++runs.back().end;
-  }
-  return runs;
-}
-
 // What a layer needs of its recomputed rows that depends on the rows alone, rebuilt only when
 // the policy changes them: the layers with few rows are bound by the host's enqueueing, and a
 // policy keeps the same rows over several layers.
 struct RowTensors {
   at::Tensor idx, cos, sin, positions, mask;  // mask [1, 1, R, n]
-  std::vector<RowRun> runs;
+  std::vector<QueryRun> runs;
   int64_t probe_last = 0;  // the probes below are for this many rows per unit
   std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
   at::Tensor probe_at, probe_positions, probe_mask;
@@ -101,7 +79,7 @@ struct RowTensors {
         sin(all_sin.index_select(2, idx)),
         positions(all_positions.index_select(1, idx)),
         mask(position_mask(positions, all_positions, window)),
-        runs(row_runs(rows)) {}
+        runs(query_runs(rows)) {}
 
   void probe(const std::vector<int64_t>& rows, const AssembledLayout& layout, int64_t last,
              const at::Tensor& all_positions, std::optional<int64_t> window) {
@@ -320,19 +298,11 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       kv.mask = rt->mask;
       const at::Tensor& row_positions = rt->positions;
       // The output of every row: a call per run of contiguous rows (whole units: KEEP's
-      // granularity), one masked call over scattered rows.
+      // granularity), one masked call over rows scattered in many runs (CacheBlend's tokens).
       const auto attend_rows = [&]() -> at::Tensor {
-        if (kv.dense_causal || rt->runs.size() > kMaxRowRuns)
+        if (kv.dense_causal || rt->runs.size() > kMaxQueryRuns)
           return attention(q, kv, row_positions, c.sliding_window);
-        std::vector<at::Tensor> parts;
-        for (const RowRun& run : rt->runs) {
-          const AttendKv part{layer_k.narrow(2, 0, run.end), layer_v.narrow(2, 0, run.end),
-                              positions.narrow(1, 0, run.end), /*dense_causal=*/true};
-          parts.push_back(attention(q.narrow(2, run.first, run.count), part,
-                                    row_positions.narrow(1, run.first, run.count),
-                                    c.sliding_window));
-        }
-        return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
+        return attention_by_runs(q, kv, row_positions, rt->runs, c.sliding_window);
       };
       if (!needs.unit_attention) return attend_rows();
       if (needs.probe_rows > 0) {  // the output for every row, probabilities for a few

@@ -143,6 +143,29 @@ at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& 
   return grouped_attention(q, kv.keys, kv.values, attend_mask(kv, q_positions, window));
 }
 
+std::vector<QueryRun> query_runs(const std::vector<int64_t>& sorted_positions) {
+  std::vector<QueryRun> runs;
+  for (size_t i = 0; i < sorted_positions.size(); ++i) {
+    if (runs.empty() || sorted_positions[i] != runs.back().end)
+      runs.push_back({static_cast<int64_t>(i), 0, sorted_positions[i]});
+    ++runs.back().count;
+    ++runs.back().end;
+  }
+  return runs;
+}
+
+at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
+                             const std::vector<QueryRun>& runs, std::optional<int64_t> window) {
+  std::vector<at::Tensor> parts;
+  for (const QueryRun& run : runs) {
+    const AttendKv part{kv.keys.narrow(2, 0, run.end), kv.values.narrow(2, 0, run.end),
+                        kv.key_positions.narrow(1, 0, run.end), /*dense_causal=*/true};
+    parts.push_back(attention(q.narrow(2, run.first, run.count), part,
+                              q_positions.narrow(1, run.first, run.count), window));
+  }
+  return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
+}
+
 at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
                                    const at::Tensor& q_row_positions, std::optional<int64_t> window,
                                    bool f32_scores) {

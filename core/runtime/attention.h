@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <optional>
+#include <vector>
 
 #include "core/kv/kv_source.h"
 
@@ -19,6 +20,21 @@ at::Tensor position_mask(const at::Tensor& q_positions, const at::Tensor& key_po
 // q: [B, Hq, S, d] after RoPE; returns [B, Hq, S, d] in q's dtype.
 at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
                      std::optional<int64_t> window);
+
+// Queries at sorted positions over keys at positions 0..T-1 (an assembled prompt's rows): a
+// run of queries at contiguous positions [end - count, end) sees exactly the keys [0, end), the
+// last `count` of `end` keys, which is FlashAttention's own (bottom-right) causal alignment: one
+// call per run needs no mask and no repeated KV heads. `first` indexes the run's first query.
+struct QueryRun {
+  int64_t first = 0, count = 0, end = 0;
+};
+std::vector<QueryRun> query_runs(const std::vector<int64_t>& sorted_positions);
+// Above this many runs (token-level selections) one masked call is cheaper than a call per run.
+constexpr size_t kMaxQueryRuns = 16;
+// attention() computed run by run and concatenated; kv.keys/values/key_positions cover 0..T-1
+// in order (kv.mask is not read).
+at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
+                             const std::vector<QueryRun>& runs, std::optional<int64_t> window);
 
 // Softmax probabilities of the given query rows against every key, f32 [B, Hq, R, T].
 // Flash/SDPA kernels do not return probabilities; importance scoring needs them for a few rows
