@@ -67,6 +67,7 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> probe_rows_of(
 // policy keeps the same rows over several layers.
 struct RowTensors {
   at::Tensor idx, cos, sin, positions, mask;  // mask [1, 1, R, n]
+  at::Tensor deltas;                          // positions as [R]: RoPE by rotation
   std::vector<QueryRun> runs;
   int64_t probe_last = 0;  // the probes below are for this many rows per unit
   std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
@@ -79,6 +80,7 @@ struct RowTensors {
         sin(all_sin.index_select(2, idx)),
         positions(all_positions.index_select(1, idx)),
         mask(position_mask(positions, all_positions, window)),
+        deltas(positions.reshape({-1})),
         runs(query_runs(rows)) {}
 
   void probe(const std::vector<int64_t>& rows, const AssembledLayout& layout, int64_t last,
@@ -282,10 +284,22 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     at::Tensor mass, deviation;  // in host memory once `evidence_mark` is reached
     int64_t evidence_mark = -1;
     std::vector<int64_t> measured;  // the rows whose attention is measured
+    // Every row recomputed (ratio 1.0, full recompute) keeps the torch expressions of RoPE and
+    // the norms, bit-equal to the plain prefill. Partly recomputed rows are approximate by
+    // design and their layers launch-bound: they take the fused kernels (last-bit differences).
+    const bool exact = static_cast<int64_t>(rows.size()) == n;
     const auto attend = [&](const LayerQkv& p) -> at::Tensor {
       const at::Tensor& idx = rt->idx;
-      const at::Tensor q = Rope::apply(p.q, rt->cos, rt->sin);
-      const at::Tensor k = Rope::apply(p.k, rt->cos, rt->sin);
+      at::Tensor q, k;
+      if (exact) {
+        q = Rope::apply(p.q, rt->cos, rt->sin);
+        k = Rope::apply(p.k, rt->cos, rt->sin);
+      } else {  // RoPE at position r is the rotation by r of the unrotated row: one kernel each
+        q = p.q.contiguous();
+        k = p.k.contiguous();
+        gpu::rope_rotate_(q, rt->deltas, inv_freq);
+        gpu::rope_rotate_(k, rt->deltas, inv_freq);
+      }
       if (needs.key_deviation) {
         const at::Tensor before = cached_k[li].index_select(1, idx).to(at::kFloat);  // [H, R, d]
         deviation =
@@ -329,13 +343,16 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       return a.out;
     };
     LayerMarks marks{layer_start};
-    h = run_decoder_layer(c, w.layers[li], h, [&](const LayerQkv& p) {
-      marks.qkv = timeline.mark(gpu::Lane::kCompute);
-      at::Tensor o = attend(p);
-      marks.evidence = evidence_mark;
-      marks.attention = timeline.mark(gpu::Lane::kCompute);
-      return o;
-    });
+    h = run_decoder_layer(
+        c, w.layers[li], h,
+        [&](const LayerQkv& p) {
+          marks.qkv = timeline.mark(gpu::Lane::kCompute);
+          at::Tensor o = attend(p);
+          marks.evidence = evidence_mark;
+          marks.attention = timeline.mark(gpu::Lane::kCompute);
+          return o;
+        },
+        /*fused_norms=*/!exact);
     out.write(li, layer_k, layer_v, positions);
     const int64_t layer_end = marks.end = timeline.mark(gpu::Lane::kCompute);
     result.host_enqueue_ms +=

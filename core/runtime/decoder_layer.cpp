@@ -5,19 +5,21 @@
 namespace engram {
 
 at::Tensor decoder_rms_norm(const ModelConfig& config, const at::Tensor& x,
-                            const at::Tensor& weight) {
+                            const at::Tensor& weight, bool fused) {
   // Decode (one row per sequence: the graph step and per-layer decode alike) takes the fused
   // kernel, where launches dominate. Prefill keeps torch's ops: the kernel's f32 reduction order
   // differs in the last bit, which moved bf16 prefill logits off transformers' by up to 0.047 on
   // qwen2.5-0.5b-random (H100, 2026-11-25); with the ops they are bit-equal.
-  if (x.dim() >= 2 && x.size(-2) == 1) return gpu::rms_norm(x, weight, config.rms_norm_eps);
+  if (fused || (x.dim() >= 2 && x.size(-2) == 1))
+    return gpu::rms_norm(x, weight, config.rms_norm_eps);
   return gpu::rms_norm_reference(x, weight, config.rms_norm_eps);
 }
 
-LayerQkv project_qkv(const ModelConfig& c, const LayerWeights& w, const at::Tensor& h) {
+LayerQkv project_qkv(const ModelConfig& c, const LayerWeights& w, const at::Tensor& h,
+                     bool fused_norm) {
   const int64_t b = h.size(0), s = h.size(1);
   const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim;
-  const at::Tensor x = decoder_rms_norm(c, h, w.input_norm);
+  const at::Tensor x = decoder_rms_norm(c, h, w.input_norm, fused_norm);
   const at::Tensor qkv =
       w.qkv_bias.defined() ? at::linear(x, w.qkv_proj, w.qkv_bias) : at::linear(x, w.qkv_proj);
   LayerQkv out;
@@ -33,11 +35,11 @@ LayerQkv project_qkv(const ModelConfig& c, const LayerWeights& w, const at::Tens
 }
 
 at::Tensor finish_layer(const ModelConfig& c, const LayerWeights& w, const at::Tensor& h,
-                        const at::Tensor& attn) {
+                        const at::Tensor& attn, bool fused_norm) {
   const int64_t b = h.size(0), s = h.size(1);
   at::Tensor out =
       h + at::linear(attn.transpose(1, 2).reshape({b, s, c.num_heads * c.head_dim}), w.o_proj);
-  const at::Tensor x = decoder_rms_norm(c, out, w.post_norm);
+  const at::Tensor x = decoder_rms_norm(c, out, w.post_norm, fused_norm);
   const at::Tensor gate_up = at::linear(x, w.gate_up_proj);
   const int64_t inter = c.intermediate_size;
   return out + at::linear(at::silu(gate_up.narrow(-1, 0, inter)) * gate_up.narrow(-1, inter, inter),
