@@ -36,6 +36,7 @@
 #include "gpu/rope_kv_write.h"
 #include "gpu/rope_rotate.h"
 #include "gpu/row_gather.h"
+#include "gpu/unit_attention_mass.h"
 
 using namespace engram;
 
@@ -990,6 +991,50 @@ nlohmann::json check_batched_step(bool& ok) {
 
 }  // namespace
 
+// KEEP's probe kernel (gpu/unit_attention_mass.h) against its CPU reference: the 14B shape's
+// heads and a 40-segment prompt, a small shape, rows that see a single key, units with gaps
+// between them and one past the keys.
+nlohmann::json check_unit_attention_mass(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  struct Shape {
+    int64_t heads, rows, t, units;
+  };
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (const Shape& sh : {Shape{40, 37, 4135, 20}, Shape{8, 5, 100, 3}, Shape{4, 3, 33, 6}}) {
+      at::manual_seed(sh.t + sh.rows);
+      const at::Tensor scores = (4 * at::randn({sh.heads, sh.rows, sh.t})).to(dtype);
+      at::Tensor positions = at::randint(0, sh.t, {sh.rows}, at::kLong);
+      positions[0] = 0;
+      positions[sh.rows - 1] = sh.t - 1;
+      std::vector<int64_t> begins, ends;
+      for (int64_t u = 0; u < sh.units; ++u) {
+        begins.push_back(u * sh.t / sh.units + 1);  // a key between units belongs to none
+        ends.push_back(std::min(sh.t + 4, (u + 1) * sh.t / sh.units + (u + 1 == sh.units ? 4 : 0)));
+      }
+      const at::Tensor b = at::tensor(begins, at::kLong), e = at::tensor(ends, at::kLong);
+      const double scale = 1.0 / std::sqrt(128.0);
+      const at::Tensor ref = gpu::unit_attention_mass_reference(scores, positions, b, e, scale);
+      const at::Tensor got =
+          gpu::unit_attention_mass(scores.cuda(), positions.cuda(), b.cuda(), e.cuda(), scale)
+              .cpu();
+      const double err = (got - ref).abs().max().item<double>();
+      const double tol = 2e-6;
+      ok = ok && err <= tol;
+      out.push_back({{"dtype", c10::toString(dtype)},
+                     {"heads", sh.heads},
+                     {"rows", sh.rows},
+                     {"keys", sh.t},
+                     {"units", sh.units},
+                     {"max_abs_error", err},
+                     {"tolerance", tol}});
+      if (err > tol)
+        std::fprintf(stderr, "FAIL unit_attention_mass %s t=%lld err %g\n", c10::toString(dtype),
+                     static_cast<long long>(sh.t), err);
+    }
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
   std::string json_path, shape = "qwen2.5-7b", only;
   int64_t prefix = 4096, tokens = 256;
@@ -1017,6 +1062,12 @@ int main(int argc, char** argv) {
     if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
     return ok ? 0 : 1;
   }
+  if (only == "unit_attention_mass") {
+    out["unit_attention_mass"] = check_unit_attention_mass(ok);
+    std::printf("%s\n", out.dump(2).c_str());
+    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
+    return ok ? 0 : 1;
+  }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
@@ -1038,6 +1089,8 @@ int main(int argc, char** argv) {
   out["batched_recorded_step"] = check_batched_step(ok);
   guarded("recorded_retrieval", "recorded retrieval", [&] { return check_recorded_retrieval(ok); });
   guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
+  guarded("unit_attention_mass", "unit attention mass",
+          [&] { return check_unit_attention_mass(ok); });
   out["ok"] = ok;
   std::printf("%s\n", out.dump(2).c_str());
   if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';

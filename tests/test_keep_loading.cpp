@@ -8,6 +8,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "core/engine/loaded_model.h"
@@ -16,7 +17,9 @@
 #include "core/kv/kv_unit_pool.h"
 #include "core/policies/layer_load_planner.h"
 #include "core/policies/recompute_policy.h"
+#include "core/runtime/attention.h"
 #include "gpu/device_timeline.h"
+#include "gpu/unit_attention_mass.h"
 #include "support/fixture_models.h"
 
 using namespace engram;
@@ -179,6 +182,40 @@ class KeepLoadingTest : public QObject {
       work += compute[l];
     }
     QVERIFY(balanced >= std::max(copies, work) - 1e-9);
+  }
+
+  // The probes' unit mass in one pass (gpu/unit_attention_mass.h) against the probabilities it
+  // replaces: masked softmax per head, head mean, summed per unit (unit_mass_of). Keys outside
+  // every unit (prefix, query) count in the softmax but in no unit.
+  void unitMassFromScoresEqualsTheProbabilities() {
+    at::manual_seed(5);
+    const int64_t hq = 6, hkv = 2, d = 16;
+    const AssembledLayout layout = assemble_layout(3, {4, 7, 1, 5}, 3);  // 23 rows
+    const int64_t t = layout.total;
+    const std::vector<int64_t> rows{4, 6, 10, 13, 14, 19, 20, 21, 22};
+    const at::Tensor q = at::randn({1, hq, static_cast<int64_t>(rows.size()), d});
+    AttendKv kv;
+    kv.keys = at::randn({1, hkv, t, d});
+    kv.values = at::randn({1, hkv, t, d});
+    kv.key_positions = at::arange(t, at::kLong).unsqueeze(0);
+    const at::Tensor positions = at::tensor(rows, at::kLong);
+    const at::Tensor probs =
+        attention_probabilities(q, kv, positions.unsqueeze(0), std::nullopt);  // [1, Hq, R, T]
+    const at::Tensor expected = unit_mass_of(probs[0].mean(0), unit_of_column(layout, at::kCPU),
+                                             static_cast<int64_t>(layout.units.size()));
+    std::vector<int64_t> begins, ends;
+    for (const UnitSpan& span : layout.units) {
+      begins.push_back(span.begin);
+      ends.push_back(span.end);
+    }
+    const at::Tensor got = gpu::unit_attention_mass(
+        attention_scores(q, kv.keys)[0], positions, at::tensor(begins, at::kLong),
+        at::tensor(ends, at::kLong), 1.0 / std::sqrt(static_cast<double>(d)));
+    QCOMPARE(got.sizes(), expected.sizes());
+    QVERIFY(at::allclose(got, expected, 1e-5, 1e-6));
+    // A row sees only keys up to its position: row 4 (in unit 0) gives unit 1 nothing.
+    QCOMPARE(got[0][1].item<float>(), 0.f);
+    QVERIFY(got[0][0].item<float>() > 0.f);
   }
 
   // Unit attention measured from a unit's last N rows: with N past the longest unit it is every

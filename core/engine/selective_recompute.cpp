@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -11,6 +12,7 @@
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_timeline.h"
 #include "gpu/rope_rotate.h"
+#include "gpu/unit_attention_mass.h"
 
 namespace engram {
 namespace {
@@ -71,7 +73,7 @@ struct RowTensors {
   std::vector<QueryRun> runs;
   int64_t probe_last = 0;  // the probes below are for this many rows per unit
   std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
-  at::Tensor probe_at, probe_positions, probe_mask;
+  at::Tensor probe_at, probe_positions, probe_mask;  // the mask only with a sliding window
 
   RowTensors(const std::vector<int64_t>& rows, const at::Tensor& all_cos, const at::Tensor& all_sin,
              const at::Tensor& all_positions, std::optional<int64_t> window)
@@ -90,7 +92,7 @@ struct RowTensors {
     probes = probe_rows_of(rows, layout, last);
     probe_at = gpu::upload_indices(probes.second, all_positions.device());
     probe_positions = positions.index_select(1, probe_at);
-    probe_mask = position_mask(probe_positions, all_positions, window);
+    if (window) probe_mask = position_mask(probe_positions, all_positions, window);
   }
 };
 
@@ -264,6 +266,13 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
   const std::vector<bool> every_unit(layout.units.size(), true);
   // Built once: a host tensor copied inside a layer would make the host wait for the stream.
   const at::Tensor column_unit = unit_of_column(layout, device);
+  std::vector<int64_t> begins, ends;
+  for (const UnitSpan& span : layout.units) {
+    begins.push_back(span.begin);
+    ends.push_back(span.end);
+  }
+  const at::Tensor unit_begin = gpu::upload_indices(begins, device),
+                   unit_end = gpu::upload_indices(ends, device);
 
   for (int64_t li = 0; li < layers; ++li) {
     const bool last = li == layers - 1;
@@ -322,15 +331,23 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       if (needs.probe_rows > 0) {  // the output for every row, probabilities for a few
         rt->probe(rows, layout, needs.probe_rows, positions, c.sliding_window);
         measured = rt->probes.first;
-        AttendKv probe_kv = kv;
-        probe_kv.mask = rt->probe_mask;
         // Scores in the compute dtype, as the all-rows path (attention_with_probabilities) and
-        // the eager attention compute them: no f32 copy of the layer's keys, tensor cores.
-        const at::Tensor probs =
-            attention_probabilities(q.index_select(2, rt->probe_at), probe_kv, rt->probe_positions,
-                                    c.sliding_window, /*f32_scores=*/false);
-        mass = timeline.copy_to_host(
-            unit_mass_of(probs[0].mean(0), column_unit, static_cast<int64_t>(layout.units.size())));
+        // the eager attention compute them (tensor cores), then the softmax and each unit's
+        // mass in one kernel (gpu/unit_attention_mass.h). A sliding window takes the mask.
+        const at::Tensor q_probe = q.index_select(2, rt->probe_at);
+        if (c.sliding_window) {
+          AttendKv probe_kv = kv;
+          probe_kv.mask = rt->probe_mask;
+          const at::Tensor probs = attention_probabilities(q_probe, probe_kv, rt->probe_positions,
+                                                           c.sliding_window, /*f32_scores=*/false);
+          mass = unit_mass_of(probs[0].mean(0), column_unit,
+                              static_cast<int64_t>(layout.units.size()));
+        } else {
+          mass = gpu::unit_attention_mass(attention_scores(q_probe, layer_k)[0],
+                                          rt->probe_positions.reshape({-1}), unit_begin, unit_end,
+                                          1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+        }
+        mass = timeline.copy_to_host(mass);
         evidence_mark = timeline.mark(gpu::Lane::kCompute);
         return attend_rows();
       }

@@ -143,6 +143,11 @@ at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& 
   return grouped_attention(q, kv.keys, kv.values, attend_mask(kv, q_positions, window));
 }
 
+at::Tensor attention_scores(const at::Tensor& q_rows, const at::Tensor& keys) {
+  const int64_t b = q_rows.size(0), hq = q_rows.size(1), r = q_rows.size(2);
+  return grouped_scores(q_rows, keys, /*f32=*/false).view({b, hq, r, keys.size(2)});
+}
+
 std::vector<QueryRun> query_runs(const std::vector<int64_t>& sorted_positions) {
   std::vector<QueryRun> runs;
   for (size_t i = 0; i < sorted_positions.size(); ++i) {

@@ -36,6 +36,10 @@ constexpr size_t kMaxQueryRuns = 16;
 at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
                              const std::vector<QueryRun>& runs, std::optional<int64_t> window);
 
+// Raw scores q·k of the given query rows against every key, before the 1/sqrt(d) scale and any
+// mask: [B, Hq, R, T] in the compute dtype (tensor cores; KV heads not repeated).
+at::Tensor attention_scores(const at::Tensor& q_rows, const at::Tensor& keys);
+
 // Softmax probabilities of the given query rows against every key, f32 [B, Hq, R, T].
 // Flash/SDPA kernels do not return probabilities; importance scoring needs them for a few rows
 // only, so they are recomputed here for those rows (O(R·T), not O(S·T)). The scores are f32
