@@ -1052,21 +1052,23 @@ int main(int argc, char** argv) {
   bool ok = true;
   nlohmann::json out;
   out["device"] = gpu::device_info(at::Device(at::kCUDA, 0)).name;
+  const auto finish = [&] {
+    out["ok"] = ok;
+    std::printf("%s\n", out.dump(2).c_str());
+    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
+    return ok ? 0 : 1;
+  };
   if (only == "recorded_retrieval") {
     out["louiskv_decide"] = check_louiskv_decide(ok);
     // Three times: a race between the recording and the host work around it would show as a
     // run that differs.
     for (int rep = 0; rep < 3; ++rep)
       out["recorded_retrieval"].push_back(check_recorded_retrieval(ok));
-    std::printf("%s\n", out.dump(2).c_str());
-    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
-    return ok ? 0 : 1;
+    return finish();
   }
   if (only == "unit_attention_mass") {
     out["unit_attention_mass"] = check_unit_attention_mass(ok);
-    std::printf("%s\n", out.dump(2).c_str());
-    if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
-    return ok ? 0 : 1;
+    return finish();
   }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
@@ -1091,8 +1093,5 @@ int main(int argc, char** argv) {
   guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
   guarded("unit_attention_mass", "unit attention mass",
           [&] { return check_unit_attention_mass(ok); });
-  out["ok"] = ok;
-  std::printf("%s\n", out.dump(2).c_str());
-  if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << '\n';
-  return ok ? 0 : 1;
+  return finish();
 }
