@@ -68,8 +68,8 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> probe_rows_of(
 // the policy changes them: the layers with few rows are bound by the host's enqueueing, and a
 // policy keeps the same rows over several layers.
 struct RowTensors {
-  at::Tensor idx, cos, sin, positions, mask;  // mask [1, 1, R, n]
-  at::Tensor deltas;                          // positions as [R]: RoPE by rotation
+  at::Tensor idx, cos, sin, positions;
+  at::Tensor deltas;  // positions as [R]: RoPE by rotation
   std::vector<QueryRun> runs;
   int64_t probe_last = 0;  // the probes below are for this many rows per unit
   std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
@@ -81,9 +81,15 @@ struct RowTensors {
         cos(all_cos.index_select(2, idx)),
         sin(all_sin.index_select(2, idx)),
         positions(all_positions.index_select(1, idx)),
-        mask(position_mask(positions, all_positions, window)),
         deltas(positions.reshape({-1})),
         runs(query_runs(rows)) {}
+
+  // The rows' mask [1, 1, R, n], built the first time a masked path needs it (attention per run
+  // of rows reads none).
+  const at::Tensor& mask(const at::Tensor& all_positions, std::optional<int64_t> window) {
+    if (!mask_.defined()) mask_ = position_mask(positions, all_positions, window);
+    return mask_;
+  }
 
   void probe(const std::vector<int64_t>& rows, const AssembledLayout& layout, int64_t last,
              const at::Tensor& all_positions, std::optional<int64_t> window) {
@@ -94,6 +100,9 @@ struct RowTensors {
     probe_positions = positions.index_select(1, probe_at);
     if (window) probe_mask = position_mask(probe_positions, all_positions, window);
   }
+
+ private:
+  at::Tensor mask_;
 };
 
 }  // namespace
@@ -317,14 +326,20 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       }
       layer_k.index_copy_(2, idx, k);
       layer_v.index_copy_(2, idx, p.v);
-      AttendKv kv{layer_k, layer_v, positions, static_cast<int64_t>(rows.size()) == n};
-      kv.mask = rt->mask;
+      const AttendKv kv{layer_k, layer_v, positions, exact};
+      // The same keys with the rows' mask, kept across layers, for the masked paths.
+      const auto masked = [&] {
+        AttendKv m = kv;
+        m.mask = rt->mask(positions, c.sliding_window);
+        return m;
+      };
       const at::Tensor& row_positions = rt->positions;
       // The output of every row: a call per run of contiguous rows (whole units: KEEP's
       // granularity), one masked call over rows scattered in many runs (CacheBlend's tokens).
       const auto attend_rows = [&]() -> at::Tensor {
-        if (kv.dense_causal || rt->runs.size() > kMaxQueryRuns)
-          return attention(q, kv, row_positions, c.sliding_window);
+        if (kv.dense_causal) return attention(q, kv, row_positions, c.sliding_window);
+        if (rt->runs.size() > kMaxQueryRuns)
+          return attention(q, masked(), row_positions, c.sliding_window);
         return attention_by_runs(q, kv, row_positions, rt->runs, c.sliding_window);
       };
       if (!needs.unit_attention) return attend_rows();
@@ -353,7 +368,7 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       }
       measured = rows;
       AttentionWithProbabilities a =
-          attention_with_probabilities(q, kv, row_positions, c.sliding_window);
+          attention_with_probabilities(q, masked(), row_positions, c.sliding_window);
       mass = timeline.copy_to_host(
           unit_mass_of(a.mean_probs[0], column_unit, static_cast<int64_t>(layout.units.size())));
       evidence_mark = timeline.mark(gpu::Lane::kCompute);
