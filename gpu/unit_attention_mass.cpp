@@ -32,12 +32,14 @@ at::Tensor unit_attention_mass_reference(const at::Tensor& scores, const at::Ten
   const at::Tensor probs = at::softmax(s, -1).mean(0);  // [rows, T]
   // Each key's unit (keys outside every unit go to one extra column, dropped).
   const int64_t units = unit_begin.size(0);
-  const at::Tensor begin = unit_begin.cpu(), end = unit_end.cpu();
+  const at::Tensor begin = unit_begin.to(at::kCPU, at::kLong).contiguous(),
+                   end = unit_end.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* b = begin.data_ptr<int64_t>();
+  const int64_t* e = end.data_ptr<int64_t>();
   std::vector<int64_t> owner(static_cast<size_t>(t), units);
   for (int64_t u = 0; u < units; ++u)
-    for (int64_t k = std::max<int64_t>(0, begin[u].item<int64_t>());
-         k < std::min(t, end[u].item<int64_t>()); ++k)
-      owner[static_cast<size_t>(k)] = u;
+    std::fill(owner.begin() + std::clamp<int64_t>(b[u], 0, t),
+              owner.begin() + std::clamp<int64_t>(std::max(b[u], e[u]), 0, t), u);
   at::Tensor mass = at::zeros({probs.size(0), units + 1}, probs.options());
   mass.index_add_(1, at::tensor(owner, at::kLong).to(probs.device()), probs);
   return mass.narrow(1, 0, units);
