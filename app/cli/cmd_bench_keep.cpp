@@ -354,6 +354,16 @@ int run_bench_keep(int argc, char** argv) {
               (r.logits.to(at::kDouble) - plain.to(at::kDouble)).abs().max().item<double>();
           m["check_runner_vs_plain_same_argmax"] =
               r.logits.argmax().item<int64_t>() == plain.argmax().item<int64_t>();
+          // The step's changed units packed in one forward against each unit's plain prefill.
+          const std::vector<UnitKv> packed = recompute_invalid(d, prefix, grouped);
+          double packed_diff = 0;
+          for (const UnitKv& kv : packed) {
+            const UnitKv alone = compute_unit_kv(d, prefix, {kv.key, "segment", 2, kv.tokens});
+            for (const auto& [a, b] : {std::pair{kv.keys, alone.keys}, {kv.values, alone.values}})
+              packed_diff = std::max(
+                  packed_diff, (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>());
+          }
+          m["check_changed_units_packed_vs_alone_max_diff"] = packed_diff;
         }
       } else {
         std::string spec = keep_spec("");

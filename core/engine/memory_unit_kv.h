@@ -51,8 +51,10 @@ PrefixKv compute_prefix_kv(const Decoder& decoder, std::vector<int64_t> tokens,
 // The unit right after the prefix (positions prefix.end_position()..). Throws
 // std::invalid_argument for a unit without tokens.
 UnitKv compute_unit_kv(const Decoder& decoder, const PrefixKv& prefix, const MemoryUnit& unit);
-// Several units in one forward (one row each, the shorter padded at the end): what a planning
-// step does with the units that changed since the last one.
+// Several units in one forward, each as compute_unit_kv computes it alone: what a planning step
+// does with the units that changed since the last one. Their tokens are packed into one row (no
+// padding), so the projections and the MLP are one GEMM each over all of them; attention runs
+// per unit over the prefix and the unit.
 std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& prefix,
                                      const std::vector<MemoryUnit>& units);
 // A copy of `kv` whose keys are re-rotated to start at `first_position`.
