@@ -96,56 +96,84 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
                                      const std::vector<MemoryUnit>& units) {
   std::vector<UnitKv> out;
   if (units.empty()) return out;
-  // The units' tokens packed in one row: every projection and the MLP run once over all of them
-  // with no padding; attention runs per unit over the prefix's keys and the unit's own.
-  std::vector<int64_t> tokens, positions, offsets;
-  for (const MemoryUnit& unit : units) {
-    if (unit.tokens.empty())
-      throw std::invalid_argument("memory unit '" + unit.key + "' has no tokens");
-    offsets.push_back(static_cast<int64_t>(tokens.size()));
-    tokens.insert(tokens.end(), unit.tokens.begin(), unit.tokens.end());
-    const std::vector<int64_t> p =
-        positions_from(prefix.end_position(), static_cast<int64_t>(unit.tokens.size()));
-    positions.insert(positions.end(), p.begin(), p.end());
-  }
   const ModelConfig& c = decoder.config();
   const DecoderWeights& w = decoder.weights();
   const at::Device device = decoder.device();
-  const auto total = static_cast<int64_t>(tokens.size());
-  const auto p = static_cast<int64_t>(prefix.tokens.size());
   const auto opts = at::TensorOptions().dtype(decoder.dtype()).device(device);
-  const at::Tensor q_positions = gpu::upload_indices(positions, device).view({1, total});
-  const auto [cos, sin] = decoder.rope().cos_sin(q_positions, decoder.dtype());
-  std::vector<at::Tensor> unit_positions;  // the keys' positions each unit attends: prefix, unit
+  const auto p = static_cast<int64_t>(prefix.tokens.size());
+  // The units' tokens packed in one row: every projection and the MLP run once over all of them
+  // with no padding. Their KV is laid out as [prefix | unit] per unit, back to back, so each
+  // unit's attention reads one span: the prefix is copied in once, the fresh rows once a layer.
+  std::vector<int64_t> tokens, positions, offsets, spans, slots;
+  int64_t width = 0;
+  for (const MemoryUnit& unit : units) {
+    if (unit.tokens.empty())
+      throw std::invalid_argument("memory unit '" + unit.key + "' has no tokens");
+    const auto n = static_cast<int64_t>(unit.tokens.size());
+    offsets.push_back(static_cast<int64_t>(tokens.size()));
+    spans.push_back(width);
+    tokens.insert(tokens.end(), unit.tokens.begin(), unit.tokens.end());
+    for (int64_t t = 0; t < n; ++t) {
+      positions.push_back(prefix.end_position() + t);
+      slots.push_back(width + p + t);
+    }
+    width += p + n;
+  }
+  const auto total = static_cast<int64_t>(tokens.size());
+  at::Tensor span_k = at::empty({c.num_layers, c.num_kv_heads, width, c.head_dim}, opts);
+  at::Tensor span_v = at::empty_like(span_k);
+  std::vector<at::Tensor> key_positions;  // prefix then unit, per unit
   for (size_t u = 0; u < units.size(); ++u) {
+    if (p > 0) {
+      span_k.narrow(2, spans[u], p).copy_(prefix.keys);
+      span_v.narrow(2, spans[u], p).copy_(prefix.values);
+    }
     const auto n = static_cast<int64_t>(units[u].tokens.size());
-    unit_positions.push_back(
+    key_positions.push_back(
         gpu::upload_indices(positions_from(prefix.first_position, p + n), device).view({1, -1}));
   }
-  at::Tensor keys = at::empty({c.num_layers, c.num_kv_heads, total, c.head_dim}, opts);
-  at::Tensor values = at::empty_like(keys);
-  const at::Tensor ids = gpu::upload_indices(tokens, device);
-  at::Tensor h = w.embed.index_select(0, ids).view({1, total, c.hidden_size});
+  const at::Tensor q_positions = gpu::upload_indices(positions, device).view({1, total});
+  const at::Tensor deltas = q_positions.reshape({-1});  // RoPE at r: the rotation by r
+  const at::Tensor slot_index = gpu::upload_indices(slots, device);
+  const at::Tensor& inv_freq = decoder.rope().inverse_frequencies();
+  at::Tensor h =
+      w.embed.index_select(0, gpu::upload_indices(tokens, device)).view({1, total, c.hidden_size});
+  // Stored KV, approximate by design where it is reused: the fused RoPE and norms (last-bit
+  // differences from compute_unit_kv's torch expressions) halve the launches of a host-bound
+  // forward.
+  const auto rotated = [&](const at::Tensor& x) {
+    at::Tensor r = x.contiguous();
+    gpu::rope_rotate_(r, deltas, inv_freq);
+    return r;
+  };
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const at::Tensor prefix_k = prefix.keys[l].unsqueeze(0).to(opts);
-    const at::Tensor prefix_v = prefix.values[l].unsqueeze(0).to(opts);
-    h = run_decoder_layer(c, w.layers[l], h, [&](const LayerQkv& qkv) {
-      const at::Tensor q = Rope::apply(qkv.q, cos, sin);
-      const at::Tensor k = Rope::apply(qkv.k, cos, sin);
-      keys[l].copy_(k[0]);
-      values[l].copy_(qkv.v[0]);
-      std::vector<at::Tensor> parts;
-      for (size_t u = 0; u < units.size(); ++u) {
-        const int64_t first = offsets[u], n = static_cast<int64_t>(units[u].tokens.size());
-        // Keys 0..p+n-1 with the queries the last n: causal without a mask.
-        const AttendKv kv{at::cat({prefix_k, k.narrow(2, first, n)}, 2),
-                          at::cat({prefix_v, qkv.v.narrow(2, first, n)}, 2), unit_positions[u],
-                          /*dense_causal=*/true};
-        parts.push_back(attention(q.narrow(2, first, n), kv, q_positions.narrow(1, first, n),
-                                  c.sliding_window));
-      }
-      return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
-    });
+    const at::Tensor layer_k = span_k[l].unsqueeze(0), layer_v = span_v[l].unsqueeze(0);
+    const auto store = [&](const LayerQkv& qkv) {
+      layer_k.index_copy_(2, slot_index, rotated(qkv.k));
+      layer_v.index_copy_(2, slot_index, qkv.v);
+    };
+    if (l == c.num_layers - 1) {  // only the KV is kept: the last attention and MLP are not run
+      store(project_qkv(c, w.layers[l], h, /*fused_norm=*/true));
+      break;
+    }
+    h = run_decoder_layer(
+        c, w.layers[l], h,
+        [&](const LayerQkv& qkv) {
+          store(qkv);
+          const at::Tensor q = rotated(qkv.q);
+          std::vector<at::Tensor> parts;
+          for (size_t u = 0; u < units.size(); ++u) {
+            const int64_t n = static_cast<int64_t>(units[u].tokens.size());
+            // Keys 0..p+n-1 with the queries the last n: causal without a mask.
+            const AttendKv kv{layer_k.narrow(2, spans[u], p + n),
+                              layer_v.narrow(2, spans[u], p + n), key_positions[u],
+                              /*dense_causal=*/true};
+            parts.push_back(attention(q.narrow(2, offsets[u], n), kv,
+                                      q_positions.narrow(1, offsets[u], n), c.sliding_window));
+          }
+          return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
+        },
+        /*fused_norms=*/true);
   }
   for (size_t u = 0; u < units.size(); ++u) {
     const MemoryUnit& unit = units[u];
@@ -155,8 +183,8 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
     kv.version = unit.version;
     kv.tokens = unit.tokens;
     kv.first_position = prefix.end_position();
-    kv.keys = keys.narrow(2, offsets[u], n).contiguous();
-    kv.values = values.narrow(2, offsets[u], n).contiguous();
+    kv.keys = span_k.narrow(2, spans[u] + p, n).contiguous();
+    kv.values = span_v.narrow(2, spans[u] + p, n).contiguous();
     out.push_back(std::move(kv));
   }
   return out;
