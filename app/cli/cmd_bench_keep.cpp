@@ -409,8 +409,11 @@ int run_bench_keep(int argc, char** argv) {
           std::optional<TorchProfile> profile;
           if (profiled && r == -1)
             profile.emplace(profile_path + "-" + std::to_string(n) + "-" + method + ".json");
+          int64_t inv_begin = 0, inv_end = 0;
           const double t = elapsed_ms(device, [&] {
-            const auto t0 = std::chrono::steady_clock::now();
+            // The invalidation's device time from marks: a host wait here would leave the
+            // device idle while the host sets up the prefill.
+            inv_begin = run_timeline->mark(gpu::Lane::kCompute);
             pooled.ids = step.pool_ids;
             invalid_tokens = 0;
             const std::vector<UnitKv> kvs = recompute_invalid(d, prefix, step);
@@ -422,14 +425,16 @@ int run_bench_keep(int argc, char** argv) {
               invalid_tokens += static_cast<int64_t>(kvs[k].tokens.size());
               ++k;
             }
-            gpu::synchronize(device);
-            inv = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                      .count();
+            inv_end = run_timeline->mark(gpu::Lane::kCompute);
             auto policy = make_recompute_policy(spec);
             cache.truncate(0, 0);
             last = selective_prefill(d, prompt, *policy, cache, &pooled);
           });
           profile.reset();
+          {
+            const std::vector<double> us = run_timeline->resolve_us();
+            inv = (us[static_cast<size_t>(inv_end)] - us[static_cast<size_t>(inv_begin)]) / 1000;
+          }
           for (int64_t id : fresh)
             pool.remove(id);
           if (r >= 0) {
