@@ -101,56 +101,65 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
   const at::Device device = decoder.device();
   const auto opts = at::TensorOptions().dtype(decoder.dtype()).device(device);
   const auto p = static_cast<int64_t>(prefix.tokens.size());
-  // The units' tokens packed in one row: every projection and the MLP run once over all of them
-  // with no padding. Their KV is laid out as [prefix | unit] per unit, back to back, so each
-  // unit's attention reads one span: the prefix is copied in once, the fresh rows once a layer.
-  std::vector<int64_t> tokens, positions, offsets, spans, slots;
-  int64_t width = 0;
+  const auto b = static_cast<int64_t>(units.size());
+  int64_t longest = 0;
   for (const MemoryUnit& unit : units) {
     if (unit.tokens.empty())
       throw std::invalid_argument("memory unit '" + unit.key + "' has no tokens");
-    const auto n = static_cast<int64_t>(unit.tokens.size());
-    offsets.push_back(static_cast<int64_t>(tokens.size()));
-    spans.push_back(width);
+    longest = std::max(longest, static_cast<int64_t>(unit.tokens.size()));
+  }
+  // The units' tokens packed in one row: every projection and the MLP run once over all of them
+  // with no padding. Attention alone sees them as a batch, unit u's queries padded after its
+  // last token in row u, over [prefix | unit] keys padded the same way: the queries are the last
+  // `longest` of `width` keys (FlashAttention's causal alignment), so a real query never sees a
+  // padded key and one call covers every unit.
+  const int64_t width = p + longest;
+  std::vector<int64_t> tokens, positions, kv_slots, q_slots;
+  for (int64_t u = 0; u < b; ++u) {
+    const MemoryUnit& unit = units[static_cast<size_t>(u)];
     tokens.insert(tokens.end(), unit.tokens.begin(), unit.tokens.end());
-    for (int64_t t = 0; t < n; ++t) {
+    for (int64_t t = 0; t < static_cast<int64_t>(unit.tokens.size()); ++t) {
       positions.push_back(prefix.end_position() + t);
-      slots.push_back(width + p + t);
+      kv_slots.push_back(u * width + p + t);
+      q_slots.push_back(u * longest + t);
     }
-    width += p + n;
   }
   const auto total = static_cast<int64_t>(tokens.size());
-  at::Tensor span_k = at::empty({c.num_layers, c.num_kv_heads, width, c.head_dim}, opts);
-  at::Tensor span_v = at::empty_like(span_k);
-  std::vector<at::Tensor> key_positions;  // prefix then unit, per unit
-  for (size_t u = 0; u < units.size(); ++u) {
-    if (p > 0) {
-      span_k.narrow(2, spans[u], p).copy_(prefix.keys);
-      span_v.narrow(2, spans[u], p).copy_(prefix.values);
-    }
-    const auto n = static_cast<int64_t>(units[u].tokens.size());
-    key_positions.push_back(
-        gpu::upload_indices(positions_from(prefix.first_position, p + n), device).view({1, -1}));
+  // [layers, kv_heads, units · width, head_dim]: a layer's fresh rows land in one index_copy.
+  at::Tensor span_k = at::zeros({c.num_layers, c.num_kv_heads, b * width, c.head_dim}, opts);
+  at::Tensor span_v = at::zeros_like(span_k);
+  for (int64_t u = 0; u < b && p > 0; ++u) {
+    span_k.narrow(2, u * width, p).copy_(prefix.keys);
+    span_v.narrow(2, u * width, p).copy_(prefix.values);
   }
-  const at::Tensor q_positions = gpu::upload_indices(positions, device).view({1, total});
-  const at::Tensor deltas = q_positions.reshape({-1});  // RoPE at r: the rotation by r
-  const at::Tensor slot_index = gpu::upload_indices(slots, device);
+  const at::Tensor key_positions =
+      gpu::upload_indices(positions_from(prefix.first_position, width), device)
+          .view({1, width})
+          .expand({b, width});
+  const at::Tensor padded_positions =
+      key_positions.narrow(1, p, longest);  // every row's queries at P..P+longest-1
+  const at::Tensor deltas = gpu::upload_indices(positions, device);  // RoPE at r: rotation by r
+  const at::Tensor kv_index = gpu::upload_indices(kv_slots, device);
+  const at::Tensor q_index = gpu::upload_indices(q_slots, device);
   const at::Tensor& inv_freq = decoder.rope().inverse_frequencies();
   at::Tensor h =
       w.embed.index_select(0, gpu::upload_indices(tokens, device)).view({1, total, c.hidden_size});
+  const int64_t hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
   // Stored KV, approximate by design where it is reused: the fused RoPE and norms (last-bit
-  // differences from compute_unit_kv's torch expressions) halve the launches of a host-bound
-  // forward.
+  // differences from compute_unit_kv's torch expressions) halve the launches.
   const auto rotated = [&](const at::Tensor& x) {
     at::Tensor r = x.contiguous();
     gpu::rope_rotate_(r, deltas, inv_freq);
     return r;
   };
+  const auto as_batch = [&](const at::Tensor& x, int64_t heads, int64_t n) {  // -> [B, heads, n, d]
+    return x.view({heads, b, n, d}).permute({1, 0, 2, 3});
+  };
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    const at::Tensor layer_k = span_k[l].unsqueeze(0), layer_v = span_v[l].unsqueeze(0);
+    const at::Tensor layer_k = span_k[l], layer_v = span_v[l];  // [kv_heads, units · width, d]
     const auto store = [&](const LayerQkv& qkv) {
-      layer_k.index_copy_(2, slot_index, rotated(qkv.k));
-      layer_v.index_copy_(2, slot_index, qkv.v);
+      layer_k.index_copy_(1, kv_index, rotated(qkv.k)[0]);
+      layer_v.index_copy_(1, kv_index, qkv.v[0]);
     };
     if (l == c.num_layers - 1) {  // only the KV is kept: the last attention and MLP are not run
       store(project_qkv(c, w.layers[l], h, /*fused_norm=*/true));
@@ -160,31 +169,29 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
         c, w.layers[l], h,
         [&](const LayerQkv& qkv) {
           store(qkv);
-          const at::Tensor q = rotated(qkv.q);
-          std::vector<at::Tensor> parts;
-          for (size_t u = 0; u < units.size(); ++u) {
-            const int64_t n = static_cast<int64_t>(units[u].tokens.size());
-            // Keys 0..p+n-1 with the queries the last n: causal without a mask.
-            const AttendKv kv{layer_k.narrow(2, spans[u], p + n),
-                              layer_v.narrow(2, spans[u], p + n), key_positions[u],
-                              /*dense_causal=*/true};
-            parts.push_back(attention(q.narrow(2, offsets[u], n), kv,
-                                      q_positions.narrow(1, offsets[u], n), c.sliding_window));
-          }
-          return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
+          const at::Tensor q =
+              at::zeros({hq, b * longest, d}, opts).index_copy_(1, q_index, rotated(qkv.q)[0]);
+          const AttendKv kv{as_batch(layer_k, hkv, width), as_batch(layer_v, hkv, width),
+                            key_positions, /*dense_causal=*/true};
+          const at::Tensor o =
+              attention(as_batch(q, hq, longest), kv, padded_positions, c.sliding_window);
+          return o.permute({1, 0, 2, 3})
+              .reshape({hq, b * longest, d})
+              .index_select(1, q_index)
+              .unsqueeze(0);
         },
         /*fused_norms=*/true);
   }
-  for (size_t u = 0; u < units.size(); ++u) {
-    const MemoryUnit& unit = units[u];
+  for (int64_t u = 0; u < b; ++u) {
+    const MemoryUnit& unit = units[static_cast<size_t>(u)];
     const auto n = static_cast<int64_t>(unit.tokens.size());
     UnitKv kv;
     kv.key = unit.key;
     kv.version = unit.version;
     kv.tokens = unit.tokens;
     kv.first_position = prefix.end_position();
-    kv.keys = span_k.narrow(2, spans[u] + p, n).contiguous();
-    kv.values = span_v.narrow(2, spans[u] + p, n).contiguous();
+    kv.keys = span_k.narrow(2, u * width + p, n).contiguous();
+    kv.values = span_v.narrow(2, u * width + p, n).contiguous();
     out.push_back(std::move(kv));
   }
   return out;
