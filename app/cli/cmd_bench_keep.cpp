@@ -314,13 +314,19 @@ int run_bench_keep(int argc, char** argv) {
         const int64_t from = reuse_prefix ? prefix_tokens : 0;
         req.tokens = {std::vector<int64_t>(all_ids.begin() + from, all_ids.end())};
         req.positions = {std::vector<int64_t>(all_positions.begin() + from, all_positions.end())};
-        for (int64_t r = -1; r < repeat; ++r) {
+        // With --profile, a second warm-up run is traced (as for the runner's methods).
+        const bool profiled = !profile_path.empty() && method == profile_method;
+        for (int64_t r = profiled ? -2 : -1; r < repeat; ++r) {
           cache.truncate(0, from);
           gpu::DeviceTimeline run_timeline(device);
+          std::optional<TorchProfile> profile;
+          if (profiled && r == -1)
+            profile.emplace(profile_path + "-" + std::to_string(n) + "-" + method + ".json");
           const double t = elapsed_ms(device, [&] {
             CacheKvSource source(cache);
             (void)d.forward(req, source, run_timeline, nullptr);
           });
+          profile.reset();
           if (r >= 0) ttft.push_back(t);
         }
         m["recompute_ratio"] = 1.0;
