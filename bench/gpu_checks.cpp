@@ -33,9 +33,11 @@
 #include "gpu/louiskv_scoring.h"
 #include "gpu/page_gather.h"
 #include "gpu/rms_norm.h"
+#include "gpu/rope_apply.h"
 #include "gpu/rope_kv_write.h"
 #include "gpu/rope_rotate.h"
 #include "gpu/row_gather.h"
+#include "gpu/silu_mul.h"
 #include "gpu/unit_attention_mass.h"
 
 using namespace engram;
@@ -69,6 +71,53 @@ nlohmann::json check_rope_rotate(bool& ok) {
                        {"tokens", t},
                        {"max_abs_error", err},
                        {"tolerance", tol}});
+      }
+    }
+  }
+  return out;
+}
+
+// The prefill's fused RoPE and SiLU·up against the torch expressions they replace, both on
+// CUDA: they reproduce the expressions' rounding points, so the difference must be exactly 0
+// (the plain prefill stays bit-equal to transformers).
+nlohmann::json check_prefill_elementwise(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto differing = [](const at::Tensor& a, const at::Tensor& b) {
+    return a.to(at::kFloat).ne(b.to(at::kFloat)).sum().item<int64_t>();
+  };
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
+    for (int64_t batch : {1, 2}) {
+      for (int64_t s : {1, 37, 1024}) {
+        at::manual_seed(batch * 1000 + s);
+        // q and k as views of one projection's output, as project_qkv makes them.
+        const int64_t hq = 8, hkv = 2, d = 128;
+        const at::Tensor qkv = (4 * at::randn({batch, s, (hq + 2 * hkv) * d})).to(opts);
+        const at::Tensor q = qkv.narrow(-1, 0, hq * d).view({batch, s, hq, d}).transpose(1, 2);
+        const at::Tensor k =
+            qkv.narrow(-1, hq * d, hkv * d).view({batch, s, hkv, d}).transpose(1, 2);
+        const at::Tensor positions =
+            at::randint(0, 120000, {batch, s}, at::TensorOptions().dtype(at::kLong)).cuda();
+        const at::Tensor inv =
+            (1.0 / at::pow(500000.0, at::arange(0, d, 2).to(at::kFloat) / d)).cuda();
+        const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv;
+        const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
+        const at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
+        int64_t bad =
+            differing(gpu::rope_apply(q, cos, sin), gpu::rope_apply_reference(q, cos, sin)) +
+            differing(gpu::rope_apply(k, cos, sin), gpu::rope_apply_reference(k, cos, sin));
+        // cos/sin shared by every row of the batch
+        const at::Tensor cos1 = cos.narrow(0, 0, 1), sin1 = sin.narrow(0, 0, 1);
+        bad += differing(gpu::rope_apply(q, cos1, sin1), gpu::rope_apply_reference(q, cos1, sin1));
+        for (int64_t inter : {100, 13824}) {
+          const at::Tensor gate_up = (3 * at::randn({batch, s, 2 * inter})).to(opts);
+          bad += differing(gpu::silu_mul(gate_up, inter), gpu::silu_mul_reference(gate_up, inter));
+        }
+        ok = ok && bad == 0;
+        out.push_back({{"dtype", c10::toString(dtype)},
+                       {"batch", batch},
+                       {"tokens", s},
+                       {"elements_differing", bad}});
       }
     }
   }
@@ -1070,6 +1119,10 @@ int main(int argc, char** argv) {
     out["unit_attention_mass"] = check_unit_attention_mass(ok);
     return finish();
   }
+  if (only == "prefill_elementwise") {
+    out["prefill_elementwise"] = check_prefill_elementwise(ok);
+    return finish();
+  }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
@@ -1093,5 +1146,7 @@ int main(int argc, char** argv) {
   guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
   guarded("unit_attention_mass", "unit attention mass",
           [&] { return check_unit_attention_mass(ok); });
+  guarded("prefill_elementwise", "prefill elementwise",
+          [&] { return check_prefill_elementwise(ok); });
   return finish();
 }
