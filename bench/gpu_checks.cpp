@@ -91,7 +91,7 @@ nlohmann::json check_prefill_elementwise(bool& ok) {
       for (int64_t s : {1, 37, 1024}) {
         at::manual_seed(batch * 1000 + s);
         // q and k as views of one projection's output, as project_qkv makes them.
-        const int64_t hq = 8, hkv = 2, d = 128;
+        const int64_t hq = 8, hkv = 2, d = s == 37 ? 64 : 128;
         const at::Tensor qkv = (4 * at::randn({batch, s, (hq + 2 * hkv) * d})).to(opts);
         const at::Tensor q = qkv.narrow(-1, 0, hq * d).view({batch, s, hq, d}).transpose(1, 2);
         const at::Tensor k =
@@ -109,6 +109,10 @@ nlohmann::json check_prefill_elementwise(bool& ok) {
         // cos/sin shared by every row of the batch
         const at::Tensor cos1 = cos.narrow(0, 0, 1), sin1 = sin.narrow(0, 0, 1);
         bad += differing(gpu::rope_apply(q, cos1, sin1), gpu::rope_apply_reference(q, cos1, sin1));
+        // the same layout as the expression's result (attention's arithmetic reads it)
+        const at::Tensor fused = gpu::rope_apply(q, cos, sin);
+        const at::Tensor expression = gpu::rope_apply_reference(q, cos, sin);
+        if (s > 1) bad += fused.strides() != expression.strides();
         for (int64_t inter : {100, 13824}) {
           const at::Tensor gate_up = (3 * at::randn({batch, s, 2 * inter})).to(opts);
           bad += differing(gpu::silu_mul(gate_up, inter), gpu::silu_mul_reference(gate_up, inter));

@@ -23,7 +23,8 @@ __device__ inline float rounded(float v) {
 template <typename T>
 __global__ void rope_apply_kernel(const T* x, const T* cos, const T* sin, T* out, int64_t heads,
                                   int64_t tokens, int64_t half, int64_t x_b, int64_t x_h,
-                                  int64_t x_s, int64_t c_b, int64_t c_s, int64_t pairs) {
+                                  int64_t x_s, int64_t c_b, int64_t c_s, int64_t o_b, int64_t o_h,
+                                  int64_t o_s, int64_t pairs) {
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= pairs) return;
   const int64_t i = idx % half;
@@ -40,7 +41,7 @@ __global__ void rope_apply_kernel(const T* x, const T* cos, const T* sin, T* out
       __fadd_rn(rounded<T>(__fmul_rn(x1, to_f(cr[i]))), rounded<T>(__fmul_rn(-x2, to_f(sr[i]))));
   const float hi = __fadd_rn(rounded<T>(__fmul_rn(x2, to_f(cr[i + half]))),
                              rounded<T>(__fmul_rn(x1, to_f(sr[i + half]))));
-  T* o = out + row * 2 * half;
+  T* o = out + b * o_b + h * o_h + s * o_s;
   o[i] = from_f<T>(lo);
   o[i + half] = from_f<T>(hi);
 }
@@ -56,7 +57,8 @@ void launch(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, a
   rope_apply_kernel<T><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
       reinterpret_cast<const T*>(x.data_ptr()), reinterpret_cast<const T*>(cos.data_ptr()),
       reinterpret_cast<const T*>(sin.data_ptr()), reinterpret_cast<T*>(out.data_ptr()), x.size(1),
-      x.size(2), half, x.stride(0), x.stride(1), x.stride(2), c_b, cos.stride(2), pairs);
+      x.size(2), half, x.stride(0), x.stride(1), x.stride(2), c_b, cos.stride(2), out.stride(0),
+      out.stride(1), out.stride(2), pairs);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
@@ -66,7 +68,13 @@ at::Tensor rope_apply_cuda(const at::Tensor& x_in, const at::Tensor& cos_in,
                            const at::Tensor& sin_in) {
   const at::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
   const at::Tensor cos = cos_in.contiguous(), sin = sin_in.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  // The layout torch's expression gives its result: a view of the QKV projection ([B, S, H, d]
+  // in memory) keeps that order. Attention reads q in it; the same layout keeps its arithmetic
+  // (and so transformers' logits) unchanged bit for bit.
+  at::Tensor out =
+      x.stride(1) < x.stride(2)
+          ? at::empty({x.size(0), x.size(2), x.size(1), x.size(3)}, x.options()).transpose(1, 2)
+          : at::empty(x.sizes(), x.options());
   switch (x.scalar_type()) {
     case at::kFloat:
       launch<float>(x, cos, sin, out);

@@ -6,7 +6,8 @@
 //
 // x:        [B, H, S, d], the last dimension contiguous (a view of the QKV projection).
 // cos, sin: [B or 1, 1, S, d] in x's dtype (Rope::cos_sin).
-// Returns a contiguous [B, H, S, d] in x's dtype.
+// Returns [B, H, S, d] in x's dtype, laid out as the expression lays out its result: [B, S, H, d]
+// in memory for a view of the projection, contiguous otherwise.
 #pragma once
 
 #include <ATen/ATen.h>
