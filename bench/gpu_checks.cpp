@@ -91,7 +91,7 @@ nlohmann::json check_prefill_elementwise(bool& ok) {
       for (int64_t s : {1, 37, 1024}) {
         at::manual_seed(batch * 1000 + s);
         // q and k as views of one projection's output, as project_qkv makes them.
-        const int64_t hq = 8, hkv = 2, d = s == 37 ? 64 : 128;
+        const int64_t hq = 8, hkv = 2, d = s == 1 ? 24 : s == 37 ? 64 : 128;  // 24: scalar kernel
         const at::Tensor qkv = (4 * at::randn({batch, s, (hq + 2 * hkv) * d})).to(opts);
         const at::Tensor q = qkv.narrow(-1, 0, hq * d).view({batch, s, hq, d}).transpose(1, 2);
         const at::Tensor k =

@@ -31,3 +31,25 @@ __device__ inline __half from_f(float v) {
 }
 
 }  // namespace engram::gpu
+
+namespace engram::gpu {
+
+// V elements of T loaded or stored as one 16-byte access (V = 16 / sizeof(T)); the pointer must
+// be 16-byte aligned.
+template <typename T>
+struct alignas(16) Vec16 {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+template <typename T>
+__device__ inline Vec16<T> load16(const T* p) {
+  return *reinterpret_cast<const Vec16<T>*>(p);
+}
+
+template <typename T>
+__device__ inline void store16(T* p, const Vec16<T>& v) {
+  *reinterpret_cast<Vec16<T>*>(p) = v;
+}
+
+}  // namespace engram::gpu

@@ -81,9 +81,16 @@ def main():
     ap.add_argument("--cli", required=True)
     ap.add_argument("--data", required=True)
     ap.add_argument("--json")
+    # Engram turns cuDNN's attention off (core/runtime/decoder.cpp: a plan per new length pair);
+    # transformers' SDPA picks it on an H100 for some shapes (head_dim 64), whose arithmetic
+    # differs from FlashAttention's. This flag makes transformers use the same kernels.
+    ap.add_argument("--no-cudnn-sdp", action="store_true")
     args = ap.parse_args()
+    if args.no_cudnn_sdp:
+        torch.backends.cuda.enable_cudnn_sdp(False)
     results = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-               "transformers": transformers.__version__, "dtype": "bf16", "models": {}}
+               "transformers": transformers.__version__, "dtype": "bf16",
+               "cudnn_sdp": not args.no_cudnn_sdp, "models": {}}
     for name in FIXTURES:
         ref = json.load(open(os.path.join(args.data, "reference", name, "reference.json")))
         results["models"][name] = compare(args.cli, os.path.join(args.data, "models", name),
