@@ -138,19 +138,18 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
           .expand({b, width});
   const at::Tensor padded_positions =
       key_positions.narrow(1, p, longest);  // every row's queries at P..P+longest-1
-  const at::Tensor deltas = gpu::upload_indices(positions, device);  // RoPE at r: rotation by r
+  const std::pair<at::Tensor, at::Tensor> cos_sin = decoder.rope().cos_sin(
+      gpu::upload_indices(positions, device).view({1, total}), decoder.dtype());
   const at::Tensor kv_index = gpu::upload_indices(kv_slots, device);
   const at::Tensor q_index = gpu::upload_indices(q_slots, device);
-  const at::Tensor& inv_freq = decoder.rope().inverse_frequencies();
   at::Tensor h =
       w.embed.index_select(0, gpu::upload_indices(tokens, device)).view({1, total, c.hidden_size});
   const int64_t hq = c.num_heads, hkv = c.num_kv_heads, d = c.head_dim;
-  // Stored KV, approximate by design where it is reused: the fused RoPE and norms (last-bit
-  // differences from compute_unit_kv's torch expressions) halve the launches.
+  // Stored KV, approximate by design where it is reused: the norms' kernel (last-bit differences
+  // from compute_unit_kv's torch expressions) instead of seven launches a norm; RoPE is one kernel
+  // bit-equal to its expression.
   const auto rotated = [&](const at::Tensor& x) {
-    at::Tensor r = x.contiguous();
-    gpu::rope_rotate_(r, deltas, inv_freq);
-    return r;
+    return Rope::apply(x, cos_sin.first, cos_sin.second);
   };
   const auto as_batch = [&](const at::Tensor& x, int64_t heads, int64_t n) {  // -> [B, heads, n, d]
     return x.view({heads, b, n, d}).permute({1, 0, 2, 3});

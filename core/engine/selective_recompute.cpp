@@ -69,7 +69,6 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> probe_rows_of(
 // policy keeps the same rows over several layers.
 struct RowTensors {
   at::Tensor idx, cos, sin, positions;
-  at::Tensor deltas;  // positions as [R]: RoPE by rotation
   std::vector<QueryRun> runs;
   int64_t probe_last = 0;  // the probes below are for this many rows per unit
   std::pair<std::vector<int64_t>, std::vector<int64_t>> probes;  // measured rows, their indices
@@ -81,7 +80,6 @@ struct RowTensors {
         cos(all_cos.index_select(2, idx)),
         sin(all_sin.index_select(2, idx)),
         positions(all_positions.index_select(1, idx)),
-        deltas(positions.reshape({-1})),
         runs(query_runs(rows)) {}
 
   // The rows' mask [1, 1, R, n], built the first time a masked path needs it (attention per run
@@ -302,22 +300,15 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
     at::Tensor mass, deviation;  // in host memory once `evidence_mark` is reached
     int64_t evidence_mark = -1;
     std::vector<int64_t> measured;  // the rows whose attention is measured
-    // Every row recomputed (ratio 1.0, full recompute) keeps the torch expressions of RoPE and
-    // the norms, bit-equal to the plain prefill. Partly recomputed rows are approximate by
-    // design and their layers launch-bound: they take the fused kernels (last-bit differences).
+    // Every row recomputed (ratio 1.0, full recompute) keeps the torch expressions of the norms,
+    // bit-equal to the plain prefill. Partly recomputed rows are approximate by design and their
+    // layers launch-bound: they take the norms' kernel (last-bit differences). RoPE is one kernel
+    // bit-equal to its expression either way (gpu/rope_apply.h).
     const bool exact = static_cast<int64_t>(rows.size()) == n;
     const auto attend = [&](const LayerQkv& p) -> at::Tensor {
       const at::Tensor& idx = rt->idx;
-      at::Tensor q, k;
-      if (exact) {
-        q = Rope::apply(p.q, rt->cos, rt->sin);
-        k = Rope::apply(p.k, rt->cos, rt->sin);
-      } else {  // RoPE at position r is the rotation by r of the unrotated row: one kernel each
-        q = p.q.contiguous();
-        k = p.k.contiguous();
-        gpu::rope_rotate_(q, rt->deltas, inv_freq);
-        gpu::rope_rotate_(k, rt->deltas, inv_freq);
-      }
+      const at::Tensor q = Rope::apply(p.q, rt->cos, rt->sin);
+      const at::Tensor k = Rope::apply(p.k, rt->cos, rt->sin);
       if (needs.key_deviation) {
         const at::Tensor before = cached_k[li].index_select(1, idx).to(at::kFloat);  // [H, R, d]
         deviation =
