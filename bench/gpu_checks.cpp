@@ -77,6 +77,50 @@ nlohmann::json check_rope_rotate(bool& ok) {
   return out;
 }
 
+// Attention per run of contiguous rows (one variable-length FlashAttention call for all runs
+// on CUDA bf16/f16) against the masked call over the same rows.
+nlohmann::json check_attention_runs(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    for (int64_t t : {300, 4135}) {
+      at::manual_seed(t);
+      const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
+      const int64_t hq = 40, hkv = 8, d = 128;
+      // rows: a few runs spread over the keys, the last one ending at t (the query)
+      std::vector<int64_t> rows;
+      for (int64_t begin : {t / 10, t / 3, t / 2, t - t / 5})
+        for (int64_t i = 0; i < 17 + begin % 23; ++i)
+          rows.push_back(begin + i);
+      for (int64_t i = t - 32; i < t; ++i)
+        rows.push_back(i);
+      const auto r = static_cast<int64_t>(rows.size());
+      const at::Tensor q = at::randn({1, hq, r, d}, opts);
+      const at::Tensor k = at::randn({1, hkv, t, d}, opts), v = at::randn({1, hkv, t, d}, opts);
+      const at::Tensor all =
+          at::arange(t, at::TensorOptions().dtype(at::kLong).device(at::kCUDA)).view({1, t});
+      const at::Tensor row_positions = at::tensor(rows, at::kLong).to(at::kCUDA).view({1, r});
+      const AttendKv kv{k, v, all, /*dense_causal=*/true};
+      AttendKv masked = kv;
+      masked.dense_causal = false;
+      masked.mask = position_mask(row_positions, all, std::nullopt);
+      const at::Tensor by_runs =
+          attention_by_runs(q, kv, row_positions, query_runs(rows), std::nullopt);
+      const at::Tensor reference = attention(q, masked, row_positions, std::nullopt);
+      const double err =
+          (by_runs.to(at::kFloat) - reference.to(at::kFloat)).abs().max().item<double>();
+      const double tol = 2e-2;
+      ok = ok && err <= tol;
+      out.push_back({{"dtype", c10::toString(dtype)},
+                     {"keys", t},
+                     {"rows", r},
+                     {"runs", query_runs(rows).size()},
+                     {"max_abs_error", err},
+                     {"tolerance", tol}});
+    }
+  }
+  return out;
+}
+
 // The prefill's fused RoPE and SiLU·up against the torch expressions they replace, both on
 // CUDA: they reproduce the expressions' rounding points, so the difference must be exactly 0
 // (the plain prefill stays bit-equal to transformers).
@@ -1127,6 +1171,10 @@ int main(int argc, char** argv) {
     out["prefill_elementwise"] = check_prefill_elementwise(ok);
     return finish();
   }
+  if (only == "attention_runs") {
+    out["attention_runs"] = check_attention_runs(ok);
+    return finish();
+  }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
@@ -1152,5 +1200,6 @@ int main(int argc, char** argv) {
           [&] { return check_unit_attention_mass(ok); });
   guarded("prefill_elementwise", "prefill elementwise",
           [&] { return check_prefill_elementwise(ok); });
+  guarded("attention_runs", "attention runs", [&] { return check_attention_runs(ok); });
   return finish();
 }
