@@ -2,12 +2,10 @@
 
 #include <torch/version.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "gpu/decode_attention.h"
-#include "gpu/device_timeline.h"
 
 namespace engram {
 namespace {
@@ -163,35 +161,6 @@ std::vector<QueryRun> query_runs(const std::vector<int64_t>& sorted_positions) {
 
 at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
                              const std::vector<QueryRun>& runs, std::optional<int64_t> window) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
-  int64_t longest_run = 0, last_key = 0;
-  for (const QueryRun& run : runs) {
-    longest_run = std::max(longest_run, run.count);
-    last_key = std::max(last_key, run.end);
-  }
-  if (runs.size() > 1 && q.is_cuda() && q.size(0) == 1 && longest_run > 1 &&
-      (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
-      !(window && last_key > *window)) {
-    // One variable-length FlashAttention call for every run: run r is sequence r of the packed
-    // queries, and every sequence reads the same keys from offset 0 (cu_seqlens_k all 0) up to
-    // its own end (seqused_k), causal aligned bottom-right: exactly the keys [0, end_r). A call
-    // per run cost ~20 us each, ~9 a layer for KEEP's units.
-    std::vector<int64_t> lengths{0};  // cu_seqlens_q, then cu_seqlens_k (zeros), then seqused_k
-    for (const QueryRun& run : runs)
-      lengths.push_back(lengths.back() + run.count);
-    lengths.resize(lengths.size() + runs.size() + 1, 0);
-    for (const QueryRun& run : runs)
-      lengths.push_back(run.end);
-    const at::Tensor packed = gpu::upload_indices(lengths, q.device()).to(at::kInt);
-    const auto n = static_cast<int64_t>(runs.size());
-    const at::Tensor out = std::get<0>(at::_flash_attention_forward(
-        q[0].transpose(0, 1), kv.keys[0].transpose(0, 1), kv.values[0].transpose(0, 1),
-        packed.narrow(0, 0, n + 1), packed.narrow(0, n + 1, n + 1), longest_run, last_key, 0.0,
-        /*is_causal=*/true, /*return_debug_mask=*/false, std::nullopt, std::nullopt, std::nullopt,
-        packed.narrow(0, 2 * n + 2, n)));
-    return out.transpose(0, 1).unsqueeze(0);  // [R, Hq, d] -> [1, Hq, R, d]
-  }
-#endif
   std::vector<at::Tensor> parts;
   for (const QueryRun& run : runs) {
     const AttendKv part{kv.keys.narrow(2, 0, run.end), kv.values.narrow(2, 0, run.end),
