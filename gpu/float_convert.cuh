@@ -34,6 +34,20 @@ __device__ inline __half from_f(float v) {
 
 namespace engram::gpu {
 
+// v rounded to T and back, as a torch op over T tensors stores its f32 result.
+template <typename T>
+__device__ inline float rounded(float v) {
+  return to_f(from_f<T>(v));
+}
+
+// One element of RoPE as torch's expression x·cos + rotate_half(x)·sin computes it: each product
+// rounded to T, then the sum (`partner` is -x[i + half] below half, x[i - half] above). The _rn
+// intrinsics keep the compiler from fusing a product and the sum into one FMA.
+template <typename T>
+__device__ inline T rope_element(float x, float partner, float c, float s) {
+  return from_f<T>(__fadd_rn(rounded<T>(__fmul_rn(x, c)), rounded<T>(__fmul_rn(partner, s))));
+}
+
 // V elements of T loaded or stored as one 16-byte access (V = 16 / sizeof(T)); the pointer must
 // be 16-byte aligned.
 template <typename T>

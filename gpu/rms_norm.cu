@@ -37,7 +37,7 @@ __device__ inline float block_sum(float v) {
 // rounds to T. torch's mean multiplies the sum by 1/n.
 template <typename T>
 __device__ inline T normed(float x, float w, float scale) {
-  return from_f<T>(w * to_f(from_f<T>(x * scale)));
+  return from_f<T>(w * rounded<T>(x * scale));
 }
 
 // One block per row.

@@ -12,25 +12,6 @@
 namespace engram::gpu {
 namespace {
 
-// v rounded to T, as a torch op over T tensors stores its f32 result.
-template <typename T>
-__device__ inline float rounded(float v) {
-  return to_f(from_f<T>(v));
-}
-
-// The expression's rounding points for the pair (x1, x2) = (x[i], x[i + half]): x·cos and
-// rotate_half(x)·sin = cat(-x2, x1)·sin each rounded to T, then their sum. The _rn intrinsics keep
-// the compiler from contracting a product and the sum into one FMA (one rounding where the
-// expression has two).
-template <typename T>
-__device__ inline T rope_low(float x1, float x2, float c, float s) {
-  return from_f<T>(__fadd_rn(rounded<T>(__fmul_rn(x1, c)), rounded<T>(__fmul_rn(-x2, s))));
-}
-template <typename T>
-__device__ inline T rope_high(float x1, float x2, float c, float s) {
-  return from_f<T>(__fadd_rn(rounded<T>(__fmul_rn(x2, c)), rounded<T>(__fmul_rn(x1, s))));
-}
-
 struct RopeLayout {
   int64_t heads, tokens, half;
   int64_t x_b, x_h, x_s, c_b, c_s, o_b, o_h, o_s;
@@ -60,9 +41,9 @@ __global__ void rope_apply_kernel(const T* x, const T* cos, const T* sin, T* out
   int64_t xo, co, oo;
   const int64_t i = rope_row(l, idx, 1, &xo, &co, &oo);
   const float x1 = to_f(x[xo + i]), x2 = to_f(x[xo + i + l.half]);
-  out[oo + i] = rope_low<T>(x1, x2, to_f(cos[co + i]), to_f(sin[co + i]));
+  out[oo + i] = rope_element<T>(x1, -x2, to_f(cos[co + i]), to_f(sin[co + i]));
   out[oo + i + l.half] =
-      rope_high<T>(x1, x2, to_f(cos[co + i + l.half]), to_f(sin[co + i + l.half]));
+      rope_element<T>(x2, x1, to_f(cos[co + i + l.half]), to_f(sin[co + i + l.half]));
 }
 
 // 16 bytes of each half per thread, where every offset is a multiple of the vector: the scalar
@@ -82,8 +63,8 @@ __global__ void rope_apply_vec_kernel(const T* x, const T* cos, const T* sin, T*
 #pragma unroll
   for (int e = 0; e < V; ++e) {
     const float a = to_f(x1.v[e]), b = to_f(x2.v[e]);
-    lo.v[e] = rope_low<T>(a, b, to_f(c1.v[e]), to_f(s1.v[e]));
-    hi.v[e] = rope_high<T>(a, b, to_f(c2.v[e]), to_f(s2.v[e]));
+    lo.v[e] = rope_element<T>(a, -b, to_f(c1.v[e]), to_f(s1.v[e]));
+    hi.v[e] = rope_element<T>(b, a, to_f(c2.v[e]), to_f(s2.v[e]));
   }
   store16(out + oo + i, lo);
   store16(out + oo + i + l.half, hi);

@@ -11,13 +11,11 @@
 namespace engram::gpu {
 namespace {
 
-// x·cos + rotate_half(x)·sin with each product and the sum rounded to T, as the torch ops do.
+// x·cos + rotate_half(x)·sin rounded where the torch expression rounds (rope_element).
 template <typename T>
 __device__ T rotated(const T* row, const T* cos, const T* sin, int64_t j, int64_t half) {
   const float partner = j < half ? -to_f(row[j + half]) : to_f(row[j - half]);
-  const float a = to_f(from_f<T>(to_f(row[j]) * to_f(cos[j])));
-  const float b = to_f(from_f<T>(partner * to_f(sin[j])));
-  return from_f<T>(a + b);
+  return rope_element<T>(to_f(row[j]), partner, to_f(cos[j]), to_f(sin[j]));
 }
 
 // One thread per element of the hq + 2·hkv rows: q rows rotate into q_out, k rows rotate into

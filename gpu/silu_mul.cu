@@ -17,7 +17,7 @@ namespace {
 // rounded to T; then the product with up, rounded to T.
 template <typename T>
 __device__ inline T silu_times(float g, float u) {
-  const float silu = to_f(from_f<T>(__fdiv_rn(g, __fadd_rn(1.f, expf(-g)))));
+  const float silu = rounded<T>(__fdiv_rn(g, __fadd_rn(1.f, expf(-g))));
   return from_f<T>(__fmul_rn(silu, u));
 }
 

@@ -154,6 +154,8 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
   const auto as_batch = [&](const at::Tensor& x, int64_t heads, int64_t n) {  // -> [B, heads, n, d]
     return x.view({heads, b, n, d}).permute({1, 0, 2, 3});
   };
+  // Every layer writes the same real slots; the padding stays zero, so one buffer serves all.
+  at::Tensor padded_q = at::zeros({hq, b * longest, d}, opts);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const at::Tensor layer_k = span_k[l], layer_v = span_v[l];  // [kv_heads, units · width, d]
     const auto store = [&](const LayerQkv& qkv) {
@@ -168,8 +170,7 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
         c, w.layers[l], h,
         [&](const LayerQkv& qkv) {
           store(qkv);
-          const at::Tensor q =
-              at::zeros({hq, b * longest, d}, opts).index_copy_(1, q_index, rotated(qkv.q)[0]);
+          const at::Tensor q = padded_q.index_copy_(1, q_index, rotated(qkv.q)[0]);
           const AttendKv kv{as_batch(layer_k, hkv, width), as_batch(layer_v, hkv, width),
                             key_positions, /*dense_causal=*/true};
           const at::Tensor o =
