@@ -337,24 +337,31 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
       if (needs.probe_rows > 0) {  // the output for every row, probabilities for a few
         rt->probe(rows, layout, needs.probe_rows, positions, c.sliding_window);
         measured = rt->probes.first;
-        // Scores in the compute dtype, as the all-rows path (attention_with_probabilities) and
-        // the eager attention compute them (tensor cores), then the softmax and each unit's
-        // mass in one kernel (gpu/unit_attention_mass.h). A sliding window takes the mask.
-        const at::Tensor q_probe = q.index_select(2, rt->probe_at);
-        if (c.sliding_window) {
-          AttendKv probe_kv = kv;
-          probe_kv.mask = rt->probe_mask;
-          const at::Tensor probs = attention_probabilities(q_probe, probe_kv, rt->probe_positions,
-                                                           c.sliding_window, /*f32_scores=*/false);
-          mass = unit_mass_of(probs[0].mean(0), column_unit,
-                              static_cast<int64_t>(layout.units.size()));
-        } else {
-          mass = gpu::unit_attention_mass(attention_scores(q_probe, layer_k)[0],
-                                          rt->probe_positions.reshape({-1}), unit_begin, unit_end,
-                                          1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-        }
-        mass = timeline.copy_to_host(mass);
-        evidence_mark = timeline.mark(gpu::Lane::kCompute);
+        const auto probe = [&] {
+          // Scores in the compute dtype, as the all-rows path (attention_with_probabilities) and
+          // the eager attention compute them (tensor cores), then the softmax and each unit's
+          // mass in one kernel (gpu/unit_attention_mass.h). A sliding window takes the mask.
+          const at::Tensor q_probe = q.index_select(2, rt->probe_at);
+          if (c.sliding_window) {
+            AttendKv probe_kv = kv;
+            probe_kv.mask = rt->probe_mask;
+            const at::Tensor probs = attention_probabilities(
+                q_probe, probe_kv, rt->probe_positions, c.sliding_window, /*f32_scores=*/false);
+            mass = unit_mass_of(probs[0].mean(0), column_unit,
+                                static_cast<int64_t>(layout.units.size()));
+          } else {
+            mass = gpu::unit_attention_mass(attention_scores(q_probe, layer_k)[0],
+                                            rt->probe_positions.reshape({-1}), unit_begin, unit_end,
+                                            1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+          }
+          mass = timeline.copy_to_host(mass);
+          evidence_mark = timeline.mark(gpu::Lane::kCompute);
+        };
+        // Runs of whole units: the probes run on the compute stream while the runs' attention
+        // runs on side streams, and the host's wait for the evidence does not include it.
+        if (!kv.dense_causal && rt->runs.size() <= kMaxQueryRuns)
+          return attention_by_runs(q, kv, row_positions, rt->runs, c.sliding_window, probe);
+        probe();
         return attend_rows();
       }
       measured = rows;

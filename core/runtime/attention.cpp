@@ -2,10 +2,12 @@
 
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "gpu/decode_attention.h"
+#include "gpu/stream_fork.h"
 
 namespace engram {
 namespace {
@@ -160,15 +162,27 @@ std::vector<QueryRun> query_runs(const std::vector<int64_t>& sorted_positions) {
 }
 
 at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
-                             const std::vector<QueryRun>& runs, std::optional<int64_t> window) {
-  std::vector<at::Tensor> parts;
-  for (const QueryRun& run : runs) {
+                             const std::vector<QueryRun>& runs, std::optional<int64_t> window,
+                             const std::function<void()>& alongside) {
+  const auto run_attention = [&](const QueryRun& run) {
     const AttendKv part{kv.keys.narrow(2, 0, run.end), kv.values.narrow(2, 0, run.end),
                         kv.key_positions.narrow(1, 0, run.end), /*dense_causal=*/true};
-    parts.push_back(attention(q.narrow(2, run.first, run.count), part,
-                              q_positions.narrow(1, run.first, run.count), window));
+    return attention(q.narrow(2, run.first, run.count), part,
+                     q_positions.narrow(1, run.first, run.count), window);
+  };
+  if (runs.size() == 1 && !alongside) return run_attention(runs.front());
+  // The runs go to side streams (one by default: gpu::attention_lanes()) and `alongside` runs on
+  // the current stream meanwhile. Each run writes its rows of `out`, allocated before the fork.
+  at::Tensor out = at::empty_like(q);
+  gpu::StreamFork fork(q.device(), std::min(gpu::attention_lanes(), static_cast<int>(runs.size())));
+  for (size_t i = 0; i < runs.size(); ++i) {
+    fork.on_lane(static_cast<int>(i), [&] {
+      out.narrow(2, runs[i].first, runs[i].count).copy_(run_attention(runs[i]));
+    });
   }
-  return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
+  if (alongside) alongside();
+  fork.join();
+  return out;
 }
 
 at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
