@@ -106,12 +106,16 @@ int64_t DeviceTimeline::on_copy_lane(const std::function<void()>& enqueue, bool 
 }
 
 void DeviceTimeline::compute_wait(int64_t copy_mark) {
+  stream_wait(copy_mark);
+}
+
+void DeviceTimeline::stream_wait(int64_t mark) {
 #ifdef ENGRAM_WITH_CUDA
   if (device_.is_cuda()) {
-    impl_->events.at(copy_mark)->block(c10::cuda::getCurrentCUDAStream(device_.index()));
+    impl_->events.at(mark)->block(c10::cuda::getCurrentCUDAStream(device_.index()));
   }
 #endif
-  (void)copy_mark;
+  (void)mark;
 }
 
 bool DeviceTimeline::reached(int64_t mark) const {

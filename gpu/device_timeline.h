@@ -43,6 +43,10 @@ class DeviceTimeline {
   int64_t on_copy_lane(const std::function<void()>& enqueue, bool after_compute = true);
   // Makes the compute stream wait until the copy-lane mark `copy_mark` has been reached.
   void compute_wait(int64_t copy_mark);
+  // Makes the stream current on the host wait until `mark` has been reached: inside
+  // on_copy_lane the copy lane, under a side stream's guard that stream. A CUDA wait on a mark
+  // is only as good as the mark's record: record it on the host first.
+  void stream_wait(int64_t mark);
   // Whether the device has passed the mark, without waiting (cudaEventQuery); always true on
   // the CPU, where work runs when it is issued. For a loader that keeps the copy engine busy
   // only while compute runs (KEEP's layer-balanced loading).

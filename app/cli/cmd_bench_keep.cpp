@@ -15,7 +15,9 @@
 //   keep-naive / keep-serial (w/o layer-balanced loading), keep-one-hop (w/o multi-hop),
 //   keep-blocks (w/o static/dynamic: the fixed chunks as units); --keep-options (e.g.
 //   probe=8) apply to all of them; keep-all-rows is plain `keep` whatever --keep-options say.
-// TTFT = recomputing the invalid units + the prefill to the first token's logits. Also the copy
+// TTFT = recomputing the invalid units + the prefill to the first token's logits; by default
+// (--invalidation overlapped) the invalid units are recomputed on a side stream beside the
+// prefill, which reads each of their layers once it is written (serial: before it). Also the copy
 // throughput of the unit loader against one contiguous pinned->device copy of the same bytes.
 // Never asserts a time (style rule 10); prints JSON.
 #include <algorithm>
@@ -37,6 +39,8 @@
 #include "core/kv/kv_unit_pool.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
+#include "gpu/page_gather.h"
+#include "gpu/stream_fork.h"
 
 namespace engram::cli {
 namespace {
@@ -172,14 +176,68 @@ std::vector<int64_t> positions_of(const UnitKv& kv) {
   return positions;
 }
 
-// The step's invalid units recomputed after the prefix, in one forward.
-std::vector<UnitKv> recompute_invalid(const Decoder& d, const PrefixKv& prefix,
-                                      const PooledStep& step) {
+std::vector<MemoryUnit> invalid_units(const PooledStep& step) {
   std::vector<MemoryUnit> changed;
   for (size_t i = 0; i < step.units.size(); ++i)
     if (step.units[i].invalid)
       changed.push_back({"unit_" + std::to_string(i), "segment", 2, step.units[i].tokens});
-  return compute_unit_kvs(d, prefix, changed);
+  return changed;
+}
+
+// The step's invalid units recomputed after the prefix, in one forward.
+std::vector<UnitKv> recompute_invalid(const Decoder& d, const PrefixKv& prefix,
+                                      const PooledStep& step) {
+  return compute_unit_kvs(d, prefix, invalid_units(step));
+}
+
+// The step's invalid units recomputed on a side stream while the prefill that reads them runs on
+// the compute stream: each layer's KV is written into the units' device pages (reserved here)
+// as soon as it is computed and marked, and the loader's copies of that layer wait for the mark
+// (PooledUnits::device_layer_ready). The forward of the changed units and the selective prefill
+// then share the GPU instead of running one after the other. Fills `pooled`'s ids of the invalid
+// units and `fresh`; returns the side stream's fork (join it after the prefill) and sets
+// `inv_end` to the mark after the units' last layer.
+std::unique_ptr<gpu::StreamFork> recompute_invalid_beside(const Decoder& d, const PrefixKv& prefix,
+                                                          const PooledStep& step, KvUnitPool& pool,
+                                                          PooledUnits& pooled,
+                                                          std::vector<int64_t>& fresh,
+                                                          std::vector<at::Tensor>& tables,
+                                                          int64_t& inv_end) {
+  const std::vector<MemoryUnit> changed = invalid_units(step);
+  for (size_t i = 0, k = 0; i < step.units.size(); ++i) {
+    if (!step.units[i].invalid) continue;
+    std::vector<int64_t> positions;
+    for (size_t t = 0; t < changed[k].tokens.size(); ++t)
+      positions.push_back(prefix.end_position() + static_cast<int64_t>(t));
+    pooled.ids[i] = pool.reserve("segment", -1, std::move(positions), PageTier::kDevice);
+    fresh.push_back(pooled.ids[i]);
+    ++k;
+  }
+  gpu::DeviceTimeline& tl = *pooled.timeline;
+  pooled.device_layer_ready.assign(static_cast<size_t>(d.config().num_layers), -1);
+  auto side = std::make_unique<gpu::StreamFork>(d.device(), 1);
+  side->on_lane(0, [&] {
+    at::Tensor table;
+    (void)compute_unit_kvs(
+        d, prefix, changed,
+        [&](int64_t layer, const at::Tensor& keys, const at::Tensor& values,
+            const std::vector<int64_t>& first_slots) {
+          if (!table.defined()) {  // one page table for every layer, uploaded once
+            PageTableRows rows;
+            for (size_t u = 0; u < fresh.size(); ++u)
+              rows.add_unit(pool.unit(fresh[u]), first_slots[u], PageTier::kDevice,
+                            pool.pages().page_tokens());
+            const at::Tensor host = rows.host_tensor(d.device().is_cuda());
+            table = d.device().is_cuda() ? host.to(d.device(), /*non_blocking=*/true) : host;
+            tables = {host, table};  // alive until the step has run
+          }
+          at::Tensor slab = pool.pages().slab(PageTier::kDevice);
+          gpu::scatter_pages(slab, layer, keys, values, table[0], table[1], table[2]);
+          pooled.device_layer_ready[static_cast<size_t>(layer)] = tl.mark(gpu::Lane::kCompute);
+        });
+    inv_end = tl.mark(gpu::Lane::kCompute);
+  });
+  return side;
 }
 
 }  // namespace
@@ -189,7 +247,7 @@ int run_bench_keep(int argc, char** argv) {
   with_value.insert({"segments", "segment-tokens-min", "segment-tokens-max", "prefix-tokens",
                      "query-tokens", "changed", "static-share", "chunk-tokens", "page-tokens",
                      "methods", "repeat", "seed", "json", "keep-options", "profile",
-                     "profile-method"});
+                     "profile-method", "invalidation"});
   const Args args(argc, argv, 2, with_value, {"check"});
   // --check: every runner method's logits against the same prefill with the units' KV put in
   // place (no pool, no copy stream), and the runner's full recompute from the pool against the
@@ -221,6 +279,12 @@ int run_bench_keep(int argc, char** argv) {
   // --profile PREFIX: a Kineto trace of one run of --profile-method (default keep) per segment
   // count, PREFIX-<segments>-<method>.json (CUDA builds).
   const std::string profile_path = args.str("profile", "");
+  // overlapped: the changed units are recomputed on a side stream beside the prefill (each layer
+  // read once written); serial: before it (the figures until 2026-11-26).
+  const std::string invalidation = args.str("invalidation", "overlapped");
+  if (invalidation != "overlapped" && invalidation != "serial")
+    throw UsageError("--invalidation: overlapped or serial, not '" + invalidation + "'");
+  const bool overlap_invalidation = invalidation == "overlapped";
   const std::string profile_method = args.str("profile-method", "keep");
   const auto keep_spec = [&](const std::string& more) {
     std::string o = keep_options;
@@ -249,7 +313,8 @@ int run_bench_keep(int argc, char** argv) {
                      {"chunk_tokens", chunk},
                      {"page_tokens", page_tokens},
                      {"repeat", repeat},
-                     {"seed", seed}};
+                     {"seed", seed},
+                     {"invalidation", invalidation}};
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> id(3, c.vocab_size - 1);
   std::vector<int64_t> prefix_ids(static_cast<size_t>(prefix_tokens)),
@@ -408,7 +473,8 @@ int run_bench_keep(int argc, char** argv) {
         // With --profile, a second warm-up run (allocators warm, not counted) is traced.
         const bool profiled = !profile_path.empty() && method == profile_method;
         for (int64_t r = profiled ? -2 : -1; r < repeat; ++r) {
-          std::vector<int64_t> fresh;  // this step's recomputed units, on the device tier
+          std::vector<int64_t> fresh;            // this step's recomputed units, on the device tier
+          std::vector<at::Tensor> fresh_tables;  // their page table, alive until the step's end
           double inv = 0;
           run_timeline = std::make_unique<gpu::DeviceTimeline>(device);
           pooled.timeline = run_timeline.get();
@@ -421,20 +487,29 @@ int run_bench_keep(int argc, char** argv) {
             // device idle while the host sets up the prefill.
             inv_begin = run_timeline->mark(gpu::Lane::kCompute);
             pooled.ids = step.pool_ids;
+            pooled.device_layer_ready.clear();
             invalid_tokens = 0;
-            const std::vector<UnitKv> kvs = recompute_invalid(d, prefix, step);
-            for (size_t i = 0, k = 0; i < step.units.size(); ++i) {
-              if (!step.units[i].invalid) continue;
-              pooled.ids[i] = pool.add("segment", -1, at::stack({kvs[k].keys, kvs[k].values}, 1),
-                                       positions_of(kvs[k]), PageTier::kDevice);
-              fresh.push_back(pooled.ids[i]);
-              invalid_tokens += static_cast<int64_t>(kvs[k].tokens.size());
-              ++k;
+            for (const MemoryUnit& u : invalid_units(step))
+              invalid_tokens += static_cast<int64_t>(u.tokens.size());
+            std::unique_ptr<gpu::StreamFork> side;
+            if (overlap_invalidation) {
+              side = recompute_invalid_beside(d, prefix, step, pool, pooled, fresh, fresh_tables,
+                                              inv_end);
+            } else {
+              const std::vector<UnitKv> kvs = recompute_invalid(d, prefix, step);
+              for (size_t i = 0, k = 0; i < step.units.size(); ++i) {
+                if (!step.units[i].invalid) continue;
+                pooled.ids[i] = pool.add("segment", -1, at::stack({kvs[k].keys, kvs[k].values}, 1),
+                                         positions_of(kvs[k]), PageTier::kDevice);
+                fresh.push_back(pooled.ids[i]);
+                ++k;
+              }
+              inv_end = run_timeline->mark(gpu::Lane::kCompute);
             }
-            inv_end = run_timeline->mark(gpu::Lane::kCompute);
             auto policy = make_recompute_policy(spec);
             cache.truncate(0, 0);
             last = selective_prefill(d, prompt, *policy, cache, &pooled);
+            if (side) side->join();
           });
           profile.reset();
           {

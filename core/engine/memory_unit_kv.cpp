@@ -93,7 +93,8 @@ UnitKv compute_unit_kv(const Decoder& decoder, const PrefixKv& prefix, const Mem
 }
 
 std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& prefix,
-                                     const std::vector<MemoryUnit>& units) {
+                                     const std::vector<MemoryUnit>& units,
+                                     const UnitLayerKv& on_layer) {
   std::vector<UnitKv> out;
   if (units.empty()) return out;
   const ModelConfig& c = decoder.config();
@@ -156,11 +157,15 @@ std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& pre
   };
   // Every layer writes the same real slots; the padding stays zero, so one buffer serves all.
   at::Tensor padded_q = at::zeros({hq, b * longest, d}, opts);
+  std::vector<int64_t> first_slots;
+  for (int64_t u = 0; u < b; ++u)
+    first_slots.push_back(u * width + p);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const at::Tensor layer_k = span_k[l], layer_v = span_v[l];  // [kv_heads, units · width, d]
     const auto store = [&](const LayerQkv& qkv) {
       layer_k.index_copy_(1, kv_index, rotated(qkv.k)[0]);
       layer_v.index_copy_(1, kv_index, qkv.v[0]);
+      if (on_layer) on_layer(l, layer_k, layer_v, first_slots);
     };
     if (l == c.num_layers - 1) {  // only the KV is kept: the last attention and MLP are not run
       store(project_qkv(c, w.layers[l], h, /*fused_norm=*/true));

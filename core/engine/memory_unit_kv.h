@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -55,8 +56,16 @@ UnitKv compute_unit_kv(const Decoder& decoder, const PrefixKv& prefix, const Mem
 // does with the units that changed since the last one. Their tokens are packed into one row (no
 // padding), so the projections and the MLP are one GEMM each over all of them; attention runs
 // per unit over the prefix and the unit.
+// `on_layer`, when set, is called as soon as a layer's KV of every unit is enqueued, with that
+// layer's keys and values ([kv_heads, slots, head_dim], keys after RoPE) and the first slot of
+// each unit (its tokens follow in order): a caller writes them where a concurrent prefill reads
+// them (KEEP's pool pages) and marks the point, layer by layer.
+using UnitLayerKv =
+    std::function<void(int64_t layer, const at::Tensor& keys, const at::Tensor& values,
+                       const std::vector<int64_t>& first_slots)>;
 std::vector<UnitKv> compute_unit_kvs(const Decoder& decoder, const PrefixKv& prefix,
-                                     const std::vector<MemoryUnit>& units);
+                                     const std::vector<MemoryUnit>& units,
+                                     const UnitLayerKv& on_layer = {});
 // A copy of `kv` whose keys are re-rotated to start at `first_position`.
 UnitKv move_unit_kv(const UnitKv& kv, int64_t first_position, const at::Tensor& inv_freq);
 

@@ -30,9 +30,13 @@ UnitLayerLoader::UnitLayerLoader(const PooledUnits& units, const AssembledLayout
       keys_(std::move(keys)),
       values_(std::move(values)),
       planner_(units.loading, keys_.size(0), static_cast<int64_t>(layout.units.size())),
-      ready_mark_(static_cast<size_t>(keys_.size(0)), -1) {
+      ready_mark_(static_cast<size_t>(keys_.size(0)), -1),
+      device_ready_waited_(static_cast<size_t>(keys_.size(0)), false) {
   if (!units_.pool || !units_.timeline)
     throw std::invalid_argument("unit layer loader: a pool and a timeline are required");
+  if (!units_.device_layer_ready.empty() &&
+      static_cast<int64_t>(units_.device_layer_ready.size()) != keys_.size(0))
+    throw std::invalid_argument("unit layer loader: one device-ready mark per layer is needed");
   if (units_.ids.size() != layout_.units.size())
     throw std::invalid_argument("unit layer loader: " + std::to_string(units_.ids.size()) +
                                 " pooled units for a prompt of " +
@@ -85,6 +89,14 @@ int64_t UnitLayerLoader::issue(const std::vector<LayerLoadJob>& jobs) {
       [&] {
         start = tl.mark(gpu::Lane::kCopy);  // on the copy lane, right before the copies
         for (auto& [key, rows] : tables) {
+          const auto layer = static_cast<size_t>(key.first);
+          if (key.second == PageTier::kDevice && !units_.device_layer_ready.empty() &&
+              !device_ready_waited_[layer]) {
+            // The copy lane waits until the layer's units are written (on their own stream).
+            // Tables go in layer order, and the writer runs ahead of the prefill that reads them.
+            tl.stream_wait(units_.device_layer_ready[layer]);
+            device_ready_waited_[layer] = true;
+          }
           at::Tensor host = rows.host_tensor(cuda);
           at::Tensor table = cuda ? host.to(keys_.device(), /*non_blocking=*/true) : host;
           at::Tensor k = keys_.select(0, key.first), v = values_.select(0, key.first);

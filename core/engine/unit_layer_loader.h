@@ -27,6 +27,11 @@ struct PooledUnits {
   LayerLoading loading = LayerLoading::kBalanced;
   gpu::DeviceTimeline* timeline = nullptr;  // required
   TraceRecorder* trace = nullptr;           // optional: kv_copy intervals
+  // Optional, one per layer: a timeline mark (on another stream, recorded before the prefill
+  // starts) after which that layer of the device-tier units is written: the units being
+  // computed while the prefill runs (KEEP's changed segments, compute_unit_kvs' on_layer). The
+  // copies of a layer's device pages wait for it. Empty: everything is written.
+  std::vector<int64_t> device_layer_ready;
 };
 
 struct UnitLoadStats {
@@ -74,8 +79,9 @@ class UnitLayerLoader {
   at::Tensor deltas_;  // [n] assembled position - stored position, 0 outside units
   at::Tensor inv_freq_;
   LayerLoadPlanner planner_;
-  std::vector<int64_t> ready_mark_;  // [layer] last copy mark of a batch holding that layer
-  std::vector<at::Tensor> tables_;   // page tables in flight, kept alive until the end
+  std::vector<int64_t> ready_mark_;        // [layer] last copy mark of a batch holding that layer
+  std::vector<at::Tensor> tables_;         // page tables in flight, kept alive until the end
+  std::vector<bool> device_ready_waited_;  // [layer] the copy lane waits for device_layer_ready
   int64_t last_copy_mark_ = -1;
   UnitLoadStats stats_;
 };

@@ -53,6 +53,21 @@ int64_t KvUnitPool::add(std::string kind, int64_t stream_begin, const at::Tensor
   return next_id_++;
 }
 
+int64_t KvUnitPool::reserve(std::string kind, int64_t stream_begin, std::vector<int64_t> positions,
+                            PageTier tier) {
+  if (tier == PageTier::kDisk)
+    throw std::invalid_argument("KvUnitPool::reserve: a resident tier only");
+  KvUnit u;
+  u.id = next_id_;
+  u.kind = std::move(kind);
+  u.stream_begin = stream_begin;
+  u.tokens = static_cast<int64_t>(positions.size());
+  u.positions = std::move(positions);
+  u.pages = allocate(pages_for(u.tokens), tier);
+  units_.emplace(u.id, std::move(u));
+  return next_id_++;
+}
+
 std::vector<PageRef> KvUnitPool::allocate(int64_t n, PageTier tier) {
   std::vector<PageRef> out;
   try {

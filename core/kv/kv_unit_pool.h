@@ -55,6 +55,11 @@ class KvUnitPool {
   // `positions` (n of them), stored in `tier`. Returns its id. On a full tier nothing is kept.
   int64_t add(std::string kind, int64_t stream_begin, const at::Tensor& kv,
               std::vector<int64_t> positions, PageTier tier);
+  // A new unit of positions.size() tokens whose pages (in a resident tier) are allocated but not
+  // written: the caller writes them layer by layer (gpu::scatter_pages with the unit's page
+  // table), for KV computed on another stream while a prefill that reads it runs. Returns its id.
+  int64_t reserve(std::string kind, int64_t stream_begin, std::vector<int64_t> positions,
+                  PageTier tier);
   // A new unit from `n` slots of row 0 of `cache` from `first_slot` on, with the slots' positions,
   // in a resident tier (device or pinned): one page-scatter per layer, no staging copy (an
   // episode written back from the working set). The copies are on the current stream.
