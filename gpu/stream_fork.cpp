@@ -7,7 +7,6 @@
 #endif
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 namespace engram::gpu {
@@ -20,7 +19,7 @@ struct StreamFork::Impl {
 #endif
 };
 
-StreamFork::StreamFork(at::Device device, int lanes)
+StreamFork::StreamFork(at::Device device, int lanes, bool high_priority)
     : device_(device), lanes_(std::max(1, lanes)), impl_(std::make_unique<Impl>()) {
 #ifdef ENGRAM_WITH_CUDA
   if (device_.is_cuda()) {
@@ -28,13 +27,13 @@ StreamFork::StreamFork(at::Device device, int lanes)
     at::cuda::CUDAEvent forked;
     forked.record(current);
     for (int i = 0; i < lanes_; ++i) {
-      impl_->streams.push_back(
-          c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index()));
+      impl_->streams.push_back(c10::cuda::getStreamFromPool(high_priority, device_.index()));
       forked.block(impl_->streams.back());
     }
     impl_->used.assign(static_cast<size_t>(lanes_), false);
   }
 #endif
+  (void)high_priority;
 }
 
 StreamFork::~StreamFork() {
@@ -68,15 +67,6 @@ void StreamFork::join() {
     }
   }
 #endif
-}
-
-int attention_lanes() {
-  static const int lanes = [] {
-    const char* env = std::getenv("ENGRAM_ATTENTION_LANES");
-    const int n = env && *env ? std::atoi(env) : 1;
-    return std::clamp(n, 1, 16);
-  }();
-  return lanes;
 }
 
 }  // namespace engram::gpu

@@ -2,7 +2,6 @@
 
 #include <torch/version.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -170,19 +169,18 @@ at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::
     return attention(q.narrow(2, run.first, run.count), part,
                      q_positions.narrow(1, run.first, run.count), window);
   };
-  if (runs.size() == 1 && !alongside) return run_attention(runs.front());
-  // The runs go to side streams (one by default: gpu::attention_lanes()) and `alongside` runs on
-  // the current stream meanwhile. Each run writes its rows of `out`, allocated before the fork.
-  at::Tensor out = at::empty_like(q);
-  gpu::StreamFork fork(q.device(), std::min(gpu::attention_lanes(), static_cast<int>(runs.size())));
-  for (size_t i = 0; i < runs.size(); ++i) {
-    fork.on_lane(static_cast<int>(i), [&] {
-      out.narrow(2, runs[i].first, runs[i].count).copy_(run_attention(runs[i]));
-    });
+  // `alongside` (KEEP's probes, small) on a high-priority side stream: its kernels take SMs as
+  // the runs' blocks retire, so the evidence the host waits for is not queued behind them.
+  std::optional<gpu::StreamFork> beside;
+  if (alongside) {
+    beside.emplace(q.device(), 1, /*high_priority=*/true);
+    beside->on_lane(0, alongside);
   }
-  if (alongside) alongside();
-  fork.join();
-  return out;
+  std::vector<at::Tensor> parts;
+  for (const QueryRun& run : runs)
+    parts.push_back(run_attention(run));
+  if (beside) beside->join();
+  return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
 }
 
 at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,

@@ -36,10 +36,9 @@ constexpr size_t kMaxQueryRuns = 16;
 // in order (kv.mask is not read). One variable-length FlashAttention call for every run
 // (cu_seqlens_k all 0, seqused_k = each run's end) was measured slower on the H100 (KEEP's
 // attention 10.3 -> 14.1 ms at 40 segments): without the split over keys that the per-run calls
-// get, its blocks walk up to 4K keys each. On CUDA the runs go to a side stream
-// (gpu/stream_fork.h) and `alongside` (when set) is enqueued on the current stream meanwhile, so
-// marks it records there do not wait for the runs (KEEP's probes: 86.3 -> 83.1 ms at 40 segments
-// on the H100).
+// get, its blocks walk up to 4K keys each. `alongside` (when set) is enqueued on a high-priority
+// side stream (gpu/stream_fork.h) meanwhile, so marks it records there do not wait for the runs
+// (KEEP's probes and the evidence mark after them).
 at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
                              const std::vector<QueryRun>& runs, std::optional<int64_t> window,
                              const std::function<void()>& alongside = {});
