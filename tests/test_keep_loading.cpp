@@ -19,6 +19,7 @@
 #include "core/policies/recompute_policy.h"
 #include "core/runtime/attention.h"
 #include "gpu/device_timeline.h"
+#include "gpu/page_gather.h"
 #include "gpu/unit_attention_mass.h"
 #include "support/fixture_models.h"
 
@@ -270,6 +271,55 @@ class KeepLoadingTest : public QObject {
     }
   }
 
+  // The changed units' layers handed out as they are computed (compute_unit_kvs' on_layer) and
+  // written into pages reserved in the pool hold exactly the KV the forward returns: what the
+  // prefill beside it reads (bench keep --invalidation overlapped).
+  void unitsWrittenLayerByLayerIntoReservedPages() {
+    const Decoder& d = *tiny_->decoder;
+    const ModelConfig& c = d.config();
+    const PrefixKv prefix = compute_prefix_kv(d, {1, 5, 9});
+    const std::vector<MemoryUnit> units = {{"a", "object", 1, {11, 12, 13, 14, 15, 16, 17}},
+                                           {"b", "object", 1, {21, 22}},
+                                           {"c", "agent", 3, {31, 32, 33, 34, 35}}};
+    KvPagePoolOptions options;
+    options.page_tokens = 4;  // partial last pages
+    options.pinned_pages = 8;
+    options.device_pages = 16;
+    KvPagePool pages(shape_of(c), d.dtype(), d.device(), options);
+    KvUnitPool pool(pages);
+    std::vector<int64_t> ids;
+    for (const MemoryUnit& u : units) {
+      std::vector<int64_t> positions;
+      for (size_t t = 0; t < u.tokens.size(); ++t)
+        positions.push_back(prefix.end_position() + static_cast<int64_t>(t));
+      ids.push_back(pool.reserve("object", -1, positions, PageTier::kDevice));
+    }
+    QCOMPARE(pool.unit(ids[0]).pages.size(), size_t{2});
+    std::vector<int64_t> layers_seen;
+    const std::vector<UnitKv> kvs = compute_unit_kvs(
+        d, prefix, units,
+        [&](int64_t layer, const at::Tensor& keys, const at::Tensor& values,
+            const std::vector<int64_t>& first_slots) {
+          QCOMPARE(first_slots.size(), units.size());
+          PageTableRows rows;
+          for (size_t u = 0; u < ids.size(); ++u)
+            rows.add_unit(pool.unit(ids[u]), first_slots[u], PageTier::kDevice, 4);
+          const at::Tensor table = rows.host_tensor(false);
+          at::Tensor slab = pages.slab(PageTier::kDevice);
+          gpu::scatter_pages(slab, layer, keys, values, table[0], table[1], table[2]);
+          layers_seen.push_back(layer);
+        });
+    QCOMPARE(static_cast<int64_t>(layers_seen.size()), c.num_layers);
+    QVERIFY(std::is_sorted(layers_seen.begin(), layers_seen.end()));
+    for (size_t u = 0; u < units.size(); ++u) {
+      const at::Tensor stored = pool.read(ids[u]);  // [layers, 2, kv_heads, n, head_dim]
+      QCOMPARE(max_diff(stored.select(1, 0), kvs[u].keys), 0.0);
+      QCOMPARE(max_diff(stored.select(1, 1), kvs[u].values), 0.0);
+    }
+    QVERIFY_EXCEPTION_THROWN(pool.reserve("object", -1, {0, 1}, PageTier::kDisk),
+                             std::invalid_argument);
+  }
+
   // Units stored in the paged pool at positions other than where they land; every policy and
   // schedule through the pool equals the units' KV put in place.
   void pooledUnitsEqualUnitsInPlace() {
@@ -337,6 +387,25 @@ class KeepLoadingTest : public QObject {
                                                   " read " + QString::number(read)));
       }
     }
+    // The device-tier units marked written layer by layer (the marks of a writer on another
+    // stream; here all already reached): the same prefill. One mark per layer or refused.
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      pooled.device_layer_ready.push_back(timeline.mark(gpu::Lane::kCompute));
+    pooled.loading = LayerLoading::kBalanced;
+    {
+      auto reference_policy = make_recompute_policy("keep");
+      KvCache ref_out(shape_of(c), 1, 1, d.dtype(), d.device());
+      const SelectivePrefill ref = selective_prefill(d, prompt, *reference_policy, ref_out);
+      auto policy = make_recompute_policy("keep");
+      KvCache out(shape_of(c), 1, 1, d.dtype(), d.device());
+      const SelectivePrefill r = selective_prefill(d, prompt, *policy, out, &pooled);
+      QVERIFY(max_diff(r.logits, ref.logits) < 1e-5);
+    }
+    pooled.device_layer_ready.pop_back();
+    auto policy = make_recompute_policy("keep");
+    KvCache out(shape_of(c), 1, 1, d.dtype(), d.device());
+    QVERIFY_EXCEPTION_THROWN(selective_prefill(d, prompt, *policy, out, &pooled),
+                             std::invalid_argument);
   }
 };
 
