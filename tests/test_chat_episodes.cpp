@@ -218,7 +218,7 @@ class ChatEpisodesTest : public QObject {
     ChatSession session(*model_, {}, {"epicache", 256});
     std::map<int32_t, int64_t> stream_after;  // episode -> its stream length after its last turn
     std::set<int32_t> routed;
-    int resumed = 0;
+    int resumed = 0, appended = 0;
     for (const std::string& turn : user_turns(30)) {
       const ChatReply r = session.reply(turn, greedy(), {});
       if (r.route.episode < 0) {
@@ -239,6 +239,9 @@ class ChatEpisodesTest : public QObject {
       // attention stays bounded.
       QVERIFY(is_prefix(last_prompt(*model_, session), session.cached_ids()));
       QVERIFY(session.working_set().tokens() <= 256 + 512);
+      // A turn evicts only when its episode's working set would not hold it and its reply
+      // (GenerationOptions::evict_when_full): most turns append without re-planning.
+      if (r.evicted_tokens == 0 && !r.route.rebuild && !r.rebuilt) ++appended;
       stream_after[r.route.episode] = session.cached_tokens();
       // The episodes panel's live step: consistent, routed where the turn went, the routed
       // episode's cache as large as the working set.
@@ -253,6 +256,7 @@ class ChatEpisodesTest : public QObject {
     QVERIFY(session.episodes()->clustered());
     QVERIFY2(routed.size() >= 2, "the turns all went to one episode");
     QVERIFY(resumed > 0);
+    QVERIFY2(appended > 0, "every turn re-planned its episode");
     // The waiting episodes are units of the paged pool, in the pinned tier (room for E).
     QVERIFY(session.episode_kv_pool() != nullptr);
     QVERIFY(!session.episode_kv_pool()->places().empty());

@@ -28,6 +28,7 @@
 #include "app/cli/bench_report.h"
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
+#include "app/cli/torch_profile.h"
 #include "core/engine/chat_session.h"
 #include "core/env/conversation_generator.h"
 #include "core/log.h"
@@ -266,9 +267,16 @@ double other_ms(const TurnTiming& t) {
                            g.prefill_ms - g.decode_ms);
 }
 
+// Turns [first, last) of the epicache run traced (--profile PATH --profile-turns A-B).
+struct TurnProfile {
+  std::string path;
+  int64_t first = -1, last = -1;
+};
+
 json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
                   const std::vector<std::string>& turns, const PolicyChoice& choice,
-                  const GenerationOptions& options, PeakMemory& memory) {
+                  const GenerationOptions& options, PeakMemory& memory,
+                  const TurnProfile& profile) {
   memory.reset();
   ChatSession session(model, {}, choice);
   if (!session.episodes())
@@ -276,17 +284,24 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
   session.set_history(history);
   Stage embed_windows, cluster, build, match, retrieval, turn_prefill, decode, other;
   std::vector<double> turn_ms;
+  std::vector<int64_t> turn_prefilled;  // tokens each turn prefilled (catch-up + the turn)
   std::vector<int32_t> routed;
+  std::unique_ptr<TorchProfile> tracing;
   std::map<int32_t, int64_t> per_episode;
   int64_t created = 0, reclustered = 0, decoded = 0, peak_kv = 0;
   double total = 0;
   int32_t active = -1;
   for (const std::string& turn : turns) {
+    const auto index = static_cast<int64_t>(turn_ms.size());
+    if (index == profile.first && !profile.path.empty())
+      tracing = std::make_unique<TorchProfile>(profile.path);
     const TurnTiming t = timed_reply(session, turn, options);
+    if (index + 1 == profile.last) tracing.reset();
     const ChatReply& r = t.reply;
     const EpisodeRoute& route = r.route;
     total += t.wall_ms;
     turn_ms.push_back(t.wall_ms);
+    turn_prefilled.push_back(r.generation.prompt_tokens);
     routed.push_back(route.episode);
     decoded += static_cast<int64_t>(r.generation.tokens.size());
     peak_kv = std::max(peak_kv, r.generation.peak_kv_tokens);
@@ -332,6 +347,7 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
               {"turns_per_episode", per_episode_json},
               {"routed_episode_per_turn", routed},
               {"turn_ms", turn_ms},
+              {"turn_prefilled_tokens", turn_prefilled},
               {"decoded_tokens", decoded},
               {"decode_ms_per_token", decode.ms / std::max<int64_t>(1, decoded - decode.count)},
               {"peak_kv_tokens", peak_kv},
@@ -491,7 +507,8 @@ double ratio(const json& a, const json& b) {
 int run_bench_epicache(int argc, char** argv) {
   auto with_value = model_flags_with_value();
   with_value.insert({"tokenizer", "history-tokens", "turns", "kv-budget", "decode-tokens",
-                     "full-turns", "sweep", "methods", "policy", "json"});
+                     "full-turns", "sweep", "methods", "policy", "json", "profile",
+                     "profile-turns"});
   const Args args(argc, argv, 2, with_value, {});
   if (args.positional() != std::vector<std::string>{"epicache"})
     throw UsageError("bench epicache takes no other positional arguments");
@@ -516,6 +533,18 @@ int run_bench_epicache(int argc, char** argv) {
     }
   }
   const PolicyChoice epicache{args.str("policy", "epicache"), budget};
+  // --profile PATH --profile-turns A-B: a Kineto trace of the epicache run's turns A..B-1.
+  TurnProfile profile;
+  profile.path = args.str("profile", "");
+  if (!profile.path.empty()) {
+    const std::string range = args.str("profile-turns", "10-13");
+    const size_t dash = range.find('-');
+    if (dash == std::string::npos) throw UsageError("--profile-turns: A-B, e.g. 10-13");
+    profile.first = std::stoll(range.substr(0, dash));
+    profile.last = std::stoll(range.substr(dash + 1));
+    if (profile.first < 0 || profile.last <= profile.first)
+      throw UsageError("--profile-turns: A-B with 0 <= A < B");
+  }
   (void)policy_choice_from_args(args, "epicache");  // a typo fails before the model loads
 
   if (args.has("log-level")) log::set_level(log::parse_level(args.str("log-level", "warn")));
@@ -596,7 +625,7 @@ int run_bench_epicache(int argc, char** argv) {
   for (const std::string& m : methods) {
     std::fprintf(stderr, "%s ...\n", m.c_str());
     if (m == "epicache")
-      results[m] = run_epicache(model, history, turns, epicache, options, memory);
+      results[m] = run_epicache(model, history, turns, epicache, options, memory, profile);
     if (m == "prefix") results[m] = run_prefix(model, history, turns, options, memory);
     if (m == "full") results[m] = run_full(model, history, turns, full_turns, options, memory);
   }

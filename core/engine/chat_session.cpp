@@ -436,6 +436,7 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   // benchmarked with a smaller tokenizer).
   GenerationOptions limited = options;
   limited.prefill_chunk = block_;  // the block the working set has room for
+  limited.evict_when_full = true;  // a turn's catch-up evicts only when the working set is full
   limited.kept_step = &decode_step_;
   if (tok.vocab_size() < model_.config.vocab_size) limited.sampling.vocab_limit = tok.vocab_size();
 

@@ -108,7 +108,7 @@ int64_t next_request_id() {
 
 at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
-                   TraceRecorder* trace) {
+                   TraceRecorder* trace, int64_t reserve_when_full) {
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
   const int64_t max_positions = decoder.config().max_positions;
   const int64_t n = static_cast<int64_t>(tokens.size());
@@ -119,12 +119,29 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
   const std::vector<int64_t> patch =
       policy.budget() > 0 ? policy.patch_tokens() : std::vector<int64_t>{};
   const auto patch_room = static_cast<int64_t>(patch.size());
+  const bool when_full = reserve_when_full >= 0 && ws.fixed_capacity() && policy.budget() > 0;
   for (int64_t begin = 0; begin < n;) {
     int64_t len = std::min(chunk, n - begin);
     if (ws.fixed_capacity()) {
       // A fixed working set holds the budget plus one block; make room when it does not.
-      const int64_t room = ws.cache().capacity() - policy.budget() - patch_room;
+      const int64_t capacity = ws.cache().capacity();
+      const int64_t room = capacity - policy.budget() - patch_room;
       len = std::min(len, std::max<int64_t>(1, room));
+      const int64_t after = begin + len >= n ? reserve_when_full : 0;
+      if (when_full && ws.tokens() > policy.budget() &&
+          ws.tokens() + len + patch_room + after > capacity) {
+        // Full: the patch scores every slot, then the shrink to the budget leaves room for the
+        // block and the patch (len <= room). A working set a reply filled has no room for the
+        // patch: it first drops the lowest-ranked of the last scores.
+        if (!patch.empty()) {
+          if (ws.tokens() + patch_room > capacity &&
+              !shrink_to(policy, ws, decoder, capacity - patch_room, trace)) {
+            throw std::logic_error("prefill: the working set is full and the policy keeps it");
+          }
+          score_with_patch(decoder, policy, ws, patch, timeline, trace);
+        }
+        shrink_to(policy, ws, decoder, policy.budget(), trace);
+      }
       if (ws.tokens() + len > ws.cache().capacity() &&
           !shrink_to(policy, ws, decoder, ws.cache().capacity() - len, trace)) {
         throw std::logic_error("prefill: the working set is full and the policy keeps it");
@@ -137,7 +154,7 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
     }
     const std::vector<int64_t> block(tokens.begin() + begin, tokens.begin() + begin + len);
     logits = forward_block(decoder, policy, ws, block, ForwardPhase::kPrefill, 0, timeline, trace);
-    if (policy.budget() > 0 && ws.tokens() > policy.budget()) {
+    if (!when_full && policy.budget() > 0 && ws.tokens() > policy.budget()) {
       if (!patch.empty()) score_with_patch(decoder, policy, ws, patch, timeline, trace);
       shrink_to(policy, ws, decoder, policy.budget(), trace);
     }
@@ -197,7 +214,8 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
                    .view({-1});
     }
   } else {
-    logits = prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get());
+    logits = prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get(),
+                     options.evict_when_full ? room : -1);
   }
   // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h) over the
   // working set's fixed slots, whatever the policy keeps there, and with decode-time retrieval

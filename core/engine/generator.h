@@ -27,6 +27,13 @@ struct GenerationOptions {
   SamplingOptions sampling;
   bool stop_at_eos = true;
   int64_t prefill_chunk = 512;  // bounds attention scratch memory on long prompts
+  // A fixed working set (budget + one block) evicts during the prefill only when the next block,
+  // the policy's scoring patch and (after the last block) the reply's max_new_tokens would not
+  // fit: the patch-scored shrink to the budget then runs once for many short prompts instead of
+  // after every block past the budget (the paper's block prefill, kept when false). Attention
+  // sees at most the working set's capacity either way. A chat session's turns: each turn's
+  // catch-up would otherwise forward the patch and re-plan every slot.
+  bool evict_when_full = false;
   EngineObserver* observer = nullptr;
   bool trace = false;         // record layer intervals (sent to the observer)
   bool recorded_step = true;  // CUDA: decode through the recorded graph step when the policy can
@@ -73,10 +80,12 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
                           const TokenFn& on_token);
 
 // Prefills `tokens` into the working set in blocks under `policy` and returns the last position's
-// logits [vocab] (f32).
+// logits [vocab] (f32). `reserve_when_full` >= 0 (a fixed working set only): evict only when
+// full, keeping room for that many tokens after the last block (GenerationOptions::
+// evict_when_full); -1: shrink to the budget after every block past it.
 at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& working_set,
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
-                   TraceRecorder* trace);
+                   TraceRecorder* trace, int64_t reserve_when_full = -1);
 
 // Full KV over a plain cache (the behaviour before policies): appends `new_tokens` (row 0) to
 // `cache` and generates. `history` is everything already in the
