@@ -16,7 +16,8 @@
 #   ENGRAM_COMMIT=<sha> OUT=<dir> bash bench/run_device_epicache.sh build|sweep|turns|hf
 # Env: SHAPE (llama3.1-8b; llama3.2-3b is the paper's Table 3 model), TURNS (300), HISTORY
 #      (90000), BUDGET (8192), DECODE (32), FULL_TURNS (3), SWEEP (10000,25000,50000,75000,100000),
-#      METHODS (epicache:250 prefix:210 full:120: method:seconds). Results in $OUT/epicache-*.json.
+#      METHODS (epicache:250 prefix:210 full:120: method:seconds), EXTRA (more flags for every
+#      method, e.g. --profile P --profile-turns 100-104). Results in $OUT/epicache-*.json.
 set -uo pipefail
 STEP=${1:?build, sweep or turns}
 OUT=${OUT:-/tmp/engram-out}
@@ -54,7 +55,7 @@ turns)
   for spec in $METHODS; do
     m=${spec%%:*}
     timeout ${spec##*:} $CLI bench epicache $COMMON --methods $m --history-tokens $HISTORY \
-      --turns $TURNS --full-turns $FULL_TURNS --json "$OUT/epicache-turns-$m.json" \
+      --turns $TURNS --full-turns $FULL_TURNS ${EXTRA:-} --json "$OUT/epicache-turns-$m.json" \
       > "$OUT/epicache-turns-$m.out" 2> "$OUT/epicache-turns-$m.err"
     echo "$m rc=$?"
     grep -v "turn [0-9]" "$OUT/epicache-turns-$m.err" | tail -3
