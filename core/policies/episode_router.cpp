@@ -44,7 +44,7 @@ void EpisodeRouter::reset() {
 }
 
 bool EpisodeRouter::sync_windows(const std::vector<std::string>& lines,
-                                 const TextsEmbedder& embed) {
+                                 std::vector<std::string>& fresh) {
   std::vector<std::string> texts;
   for (const UtteranceWindow& w : utterance_windows(0, lines.size(), options_.w_embed)) {
     std::string text;
@@ -64,17 +64,18 @@ bool EpisodeRouter::sync_windows(const std::vector<std::string>& lines,
   }
   window_texts_.resize(same);
   raw_.resize(same);
-  const std::vector<std::string> fresh(texts.begin() + static_cast<std::ptrdiff_t>(same),
-                                       texts.end());
-  if (fresh.empty()) return true;
-  std::vector<Embedding> embedded = embed(fresh);
-  if (embedded.size() != fresh.size())
-    throw std::logic_error("EpisodeRouter: the embedder returned a different number of texts");
-  for (size_t i = 0; i < fresh.size(); ++i) {
-    raw_.push_back(std::move(embedded[i]));
-    window_texts_.push_back(fresh[i]);
-  }
+  fresh.assign(texts.begin() + static_cast<std::ptrdiff_t>(same), texts.end());
   return true;
+}
+
+void EpisodeRouter::add_windows(const std::vector<std::string>& texts,
+                                std::vector<Embedding> embedded) {
+  if (embedded.size() != texts.size())
+    throw std::logic_error("EpisodeRouter: the embedder returned a different number of texts");
+  for (size_t i = 0; i < texts.size(); ++i) {
+    raw_.push_back(std::move(embedded[i]));
+    window_texts_.push_back(texts[i]);
+  }
 }
 
 void EpisodeRouter::cluster() {
@@ -137,22 +138,35 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
   };
   EpisodeRoute route;
   auto t0 = Clock::now();
-  if (!sync_windows(lines, embed)) {
+  std::vector<std::string> fresh;
+  if (!sync_windows(lines, fresh)) {
     reset();
-    (void)sync_windows(lines, embed);
+    (void)sync_windows(lines, fresh);
   }
+  // The new windows and the query in one call (one forward on the model's device) when the
+  // turn is routed; before the history outgrows the budget only the windows are embedded.
+  const bool routes = clustered() || (over_budget && (!raw_.empty() || !fresh.empty()));
+  std::vector<std::string> texts = fresh;
+  if (routes) texts.push_back(query_line);
+  std::vector<Embedding> embedded = texts.empty() ? std::vector<Embedding>{} : embed(texts);
+  if (embedded.size() != texts.size())
+    throw std::logic_error("EpisodeRouter: the embedder returned a different number of texts");
+  Embedding query_raw;
+  if (routes) {
+    query_raw = std::move(embedded.back());
+    embedded.pop_back();
+  }
+  add_windows(fresh, std::move(embedded));
   route.embed_ms = ms_since(t0);
   if (!clustered()) {
-    if (!over_budget || raw_.empty()) return route;
+    if (!routes) return route;
     t0 = Clock::now();
     cluster();
     route.cluster_ms = ms_since(t0);
     route.clustered = true;
   }
-  t0 = Clock::now();
-  route.query = centre(embed({query_line}).at(0));
+  route.query = centre(query_raw);  // centred on the mean fixed at clustering
   const Embedding& query = route.query;
-  route.embed_ms += ms_since(t0);
   int32_t best = 0;
   for (size_t e = 0; e < episodes_.size(); ++e) {
     route.cosines.push_back(cosine(query, episodes_[e].centroid));

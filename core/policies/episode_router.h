@@ -95,9 +95,11 @@ class EpisodeRouter {
                std::vector<ChatEpisode> episodes);
 
  private:
-  // Brings the windows in line with `lines`: keeps the embedded prefix whose texts are unchanged,
-  // embeds the rest. Returns false when a window that was clustered changed (edited history).
-  bool sync_windows(const std::vector<std::string>& lines, const TextsEmbedder& embed);
+  // Brings the windows in line with `lines`: keeps the embedded prefix whose texts are unchanged
+  // and returns the texts of the rest in `fresh` (not embedded yet: add_windows). Returns false
+  // when a window that was clustered changed (edited history).
+  bool sync_windows(const std::vector<std::string>& lines, std::vector<std::string>& fresh);
+  void add_windows(const std::vector<std::string>& texts, std::vector<Embedding> embedded);
   void cluster();
   void recluster(EpisodeRoute& route);
   std::vector<Embedding> centred_windows() const;
