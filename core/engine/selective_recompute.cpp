@@ -357,8 +357,8 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
           mass = timeline.copy_to_host(mass);
           evidence_mark = timeline.mark(gpu::Lane::kCompute);
         };
-        // Runs of whole units: the probes run on the compute stream while the runs' attention
-        // runs on side streams, and the host's wait for the evidence does not include it.
+        // Runs of whole units: the probes run on a high-priority side stream beside the runs'
+        // attention, and the host's wait for the evidence does not include that attention.
         if (!kv.dense_causal && rt->runs.size() <= kMaxQueryRuns)
           return attention_by_runs(q, kv, row_positions, rt->runs, c.sliding_window, probe);
         probe();

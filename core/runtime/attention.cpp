@@ -163,12 +163,6 @@ std::vector<QueryRun> query_runs(const std::vector<int64_t>& sorted_positions) {
 at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::Tensor& q_positions,
                              const std::vector<QueryRun>& runs, std::optional<int64_t> window,
                              const std::function<void()>& alongside) {
-  const auto run_attention = [&](const QueryRun& run) {
-    const AttendKv part{kv.keys.narrow(2, 0, run.end), kv.values.narrow(2, 0, run.end),
-                        kv.key_positions.narrow(1, 0, run.end), /*dense_causal=*/true};
-    return attention(q.narrow(2, run.first, run.count), part,
-                     q_positions.narrow(1, run.first, run.count), window);
-  };
   // `alongside` (KEEP's probes, small) on a high-priority side stream: its kernels take SMs as
   // the runs' blocks retire, so the evidence the host waits for is not queued behind them.
   std::optional<gpu::StreamFork> beside;
@@ -177,8 +171,12 @@ at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::
     beside->on_lane(0, alongside);
   }
   std::vector<at::Tensor> parts;
-  for (const QueryRun& run : runs)
-    parts.push_back(run_attention(run));
+  for (const QueryRun& run : runs) {
+    const AttendKv part{kv.keys.narrow(2, 0, run.end), kv.values.narrow(2, 0, run.end),
+                        kv.key_positions.narrow(1, 0, run.end), /*dense_causal=*/true};
+    parts.push_back(attention(q.narrow(2, run.first, run.count), part,
+                              q_positions.narrow(1, run.first, run.count), window));
+  }
   if (beside) beside->join();
   return parts.size() == 1 ? parts.front() : at::cat(parts, 2);
 }
