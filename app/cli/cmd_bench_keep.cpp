@@ -215,8 +215,8 @@ std::unique_ptr<gpu::StreamFork> recompute_invalid_beside(const Decoder& d, cons
   }
   gpu::DeviceTimeline& tl = *pooled.timeline;
   pooled.device_layer_ready.assign(static_cast<size_t>(d.config().num_layers), -1);
-  auto side = std::make_unique<gpu::StreamFork>(d.device(), 1);
-  side->on_lane(0, [&] {
+  auto side = std::make_unique<gpu::StreamFork>(d.device());
+  side->run([&] {
     at::Tensor table;
     (void)compute_unit_kvs(
         d, prefix, changed,

@@ -100,17 +100,14 @@ int64_t KvUnitPool::add_from_cache(std::string kind, int64_t stream_begin, const
     throw std::invalid_argument(
         "KvUnitPool::add_from_cache: slots outside the cache, or a cache of another shape");
   }
-  KvUnit u;
-  u.id = next_id_;
-  u.kind = std::move(kind);
-  u.stream_begin = stream_begin;
-  u.tokens = n;
   const at::Tensor positions = cache.positions().select(0, 0).narrow(0, first_slot, n).cpu();
-  u.positions.assign(positions.data_ptr<int64_t>(), positions.data_ptr<int64_t>() + n);
-  u.pages = allocate(pages_for(n), tier);
+  const int64_t id =
+      reserve(std::move(kind), stream_begin,
+              {positions.data_ptr<int64_t>(), positions.data_ptr<int64_t>() + n}, tier);
   PageTableRows rows;
-  rows.add_unit(u, first_slot, tier, pages_.page_tokens());
-  if (!rows.empty()) {
+  rows.add_unit(unit(id), first_slot, tier, pages_.page_tokens());
+  if (rows.empty()) return id;
+  try {
     const bool cuda = cache.device().is_cuda();
     const at::Tensor host = rows.host_tensor(cuda);
     const at::Tensor table = cuda ? host.to(cache.device(), /*non_blocking=*/true) : host;
@@ -119,9 +116,11 @@ int64_t KvUnitPool::add_from_cache(std::string kind, int64_t stream_begin, const
       gpu::scatter_pages(slab, l, cache.keys(l)[0], cache.values(l)[0], table[0], table[1],
                          table[2]);
     }
+  } catch (...) {
+    remove(id);  // nothing half-written stays
+    throw;
   }
-  units_.emplace(u.id, std::move(u));
-  return next_id_++;
+  return id;
 }
 
 std::vector<PageRef> KvUnitPool::copy_pages(const std::vector<PageRef>& from, PageTier tier) {

@@ -68,16 +68,6 @@ bool EpisodeRouter::sync_windows(const std::vector<std::string>& lines,
   return true;
 }
 
-void EpisodeRouter::add_windows(const std::vector<std::string>& texts,
-                                std::vector<Embedding> embedded) {
-  if (embedded.size() != texts.size())
-    throw std::logic_error("EpisodeRouter: the embedder returned a different number of texts");
-  for (size_t i = 0; i < texts.size(); ++i) {
-    raw_.push_back(std::move(embedded[i]));
-    window_texts_.push_back(texts[i]);
-  }
-}
-
 void EpisodeRouter::cluster() {
   mean_ = options_.centre ? mean_embedding(raw_) : Embedding{};
   ClusteringOptions co;
@@ -156,7 +146,10 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
     query_raw = std::move(embedded.back());
     embedded.pop_back();
   }
-  add_windows(fresh, std::move(embedded));
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    raw_.push_back(std::move(embedded[i]));
+    window_texts_.push_back(std::move(fresh[i]));
+  }
   route.embed_ms = ms_since(t0);
   if (!clustered()) {
     if (!routes) return route;

@@ -96,10 +96,9 @@ class EpisodeRouter {
 
  private:
   // Brings the windows in line with `lines`: keeps the embedded prefix whose texts are unchanged
-  // and returns the texts of the rest in `fresh` (not embedded yet: add_windows). Returns false
-  // when a window that was clustered changed (edited history).
+  // and returns the texts of the rest in `fresh` (route() embeds them with the query). Returns
+  // false when a window that was clustered changed (edited history).
   bool sync_windows(const std::vector<std::string>& lines, std::vector<std::string>& fresh);
-  void add_windows(const std::vector<std::string>& texts, std::vector<Embedding> embedded);
   void cluster();
   void recluster(EpisodeRoute& route);
   std::vector<Embedding> centred_windows() const;

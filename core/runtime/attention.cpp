@@ -167,8 +167,8 @@ at::Tensor attention_by_runs(const at::Tensor& q, const AttendKv& kv, const at::
   // the runs' blocks retire, so the evidence the host waits for is not queued behind them.
   std::optional<gpu::StreamFork> beside;
   if (alongside) {
-    beside.emplace(q.device(), 1, /*high_priority=*/true);
-    beside->on_lane(0, alongside);
+    beside.emplace(q.device(), /*high_priority=*/true);
+    beside->run(alongside);
   }
   std::vector<at::Tensor> parts;
   for (const QueryRun& run : runs) {
