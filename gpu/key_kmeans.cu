@@ -2,7 +2,6 @@
 #include <c10/cuda/CUDAException.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -121,96 +120,180 @@ __global__ void kmeans_assign_kernel(const T* keys, const float* centroids, int6
   }
 }
 
-// The tensor-core assignment for bf16 keys. Each warp holds 16 keys as wmma fragments for the
-// whole run and scores them against shared tiles of 32 centroids. A centroid is split into three
-// bf16 parts (hi + mid + lo carry its f32 mantissa) and the three products accumulate in f32, so
-// the scores are those of the f32 kernel above to a few ulps: the argmax is the same away from
-// near-ties. At 8 heads x 32,768 keys x 2,048 centroids the f32 FMA kernel took 6.8 ms on an H100,
-// ~97 % of a k-means iteration, and LouisKV's clustering of a 32K prompt ~2.7 s.
+// The tensor-core assignment for bf16 keys (mma.sync m16n8k16, f32 accumulation). Each warp holds
+// 32 keys as A fragments in registers for the whole run; the block streams its head's centroids
+// through two shared stages of 32 (cp.async: the next stage arrives while this one is scored).
+// A centroid is split into two bf16 parts (hi + mid carry 16 bits of its f32 mantissa, so a
+// cosine is off by at most 2^-18 ~ 3.8e-6: the argmax is the f32 reference's away from 1e-5
+// near-ties) and both products accumulate in f32. The accumulator layout of mma.sync is fixed,
+// so each lane keeps the running argmax of its own 4 rows in registers and the score tile is
+// never written anywhere. At 8 heads x 32,768 keys x 2,048 centroids the wmma kernel this
+// replaces (16 keys a warp, three parts, each 16 x 16 score tile stored to shared memory and
+// scanned) took 3.09 ms on an H100, the f32 FMA kernel above 6.8.
 constexpr int kTcWarps = 8;
-constexpr int kTcKeys = 16 * kTcWarps;
-constexpr int kTcCents = 32;
+constexpr int kTcWarpKeys = 32;  // two m16 tiles
+constexpr int kTcKeys = kTcWarpKeys * kTcWarps;
+constexpr int kTcCents = 32;  // four n8 tiles a stage
 constexpr int kTcMaxDim = 128;
-constexpr int kTcStride = kTcMaxDim + 8;  // bf16 per shared row: spreads ldmatrix over banks
-constexpr int kTcParts = 3;
+constexpr int kTcStride = kTcMaxDim + 8;  // bf16 per shared row: ldmatrix rows on distinct banks
+constexpr int kTcParts = 2;
 
-__global__ void kmeans_assign_tc_kernel(const __nv_bfloat16* keys, const __nv_bfloat16* parts,
-                                        int64_t* assignment, int64_t padded_n, int64_t n,
-                                        int64_t heads, int64_t k, int64_t d) {
-  namespace wmma = nvcuda::wmma;
-  __shared__ __align__(32) __nv_bfloat16 cents[kTcParts][kTcCents][kTcStride];
-  __shared__ __align__(32) float scores[kTcWarps][16][16];
+__device__ inline void mma_bf16(float* acc, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline void ldmatrix_x4(uint32_t* r, const void* smem) {
+  const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+__device__ inline void copy16_async(void* smem, const void* global) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global));
+}
+
+// keys [H, N, d] bf16 (d a multiple of 32, at most 128; rows 4-byte aligned); parts [2, H, K, d].
+__global__ void __launch_bounds__(kTcWarps * 32)
+    kmeans_assign_tc_kernel(const __nv_bfloat16* keys, const __nv_bfloat16* parts,
+                            int64_t* assignment, int64_t n, int64_t heads, int64_t k, int64_t d) {
+  __shared__ __align__(16) __nv_bfloat16 cents[2][kTcParts][kTcCents][kTcStride];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = lane / 4, quad = lane % 4;  // the mma fragments' row and column owners
   const int64_t head = blockIdx.y;
-  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * kTcKeys + warp * 16;
-  const bool active = key0 < padded_n;  // padded_n is a multiple of 16
-  const int steps = static_cast<int>(d / 16);
+  const int64_t block_key0 = static_cast<int64_t>(blockIdx.x) * kTcKeys;
+  const int64_t key0 = block_key0 + warp * kTcWarpKeys;
+  const int pairs = static_cast<int>(d / 32);  // k-steps of 16, loaded two at a time
 
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[kTcMaxDim / 16];
-  if (active) {
+  // A fragments (row-major 16 x 16 per k-step): a lane holds rows group and group + 8 at
+  // columns 2 quad, 2 quad + 1 and those + 8. Keys past n are zeros and never written.
+  uint32_t a[2][kTcMaxDim / 16][4];
+  const __nv_bfloat16* head_keys = keys + head * n * d;
 #pragma unroll
-    for (int s = 0; s < kTcMaxDim / 16; ++s)
-      if (s < steps) wmma::load_matrix_sync(a[s], keys + (head * padded_n + key0) * d + s * 16, d);
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t key = key0 + m * 16 + group + half * 8;
+      const bool inside = key < n;
+#pragma unroll
+      for (int s = 0; s < kTcMaxDim / 16; ++s) {
+        uint32_t lo = 0, hi = 0;
+        if (inside && s < 2 * pairs) {
+          const __nv_bfloat16* row = head_keys + key * d + s * 16 + 2 * quad;
+          lo = *reinterpret_cast<const uint32_t*>(row);
+          hi = *reinterpret_cast<const uint32_t*>(row + 8);
+        }
+        a[m][s][half] = lo;
+        a[m][s][2 + half] = hi;
+      }
+    }
   }
-  const int row = lane % 16, half = lane / 16;  // a lane scans 8 of a tile's 16 columns
-  float best = -INFINITY;
-  int64_t best_index = k;
+
   const int64_t plane = heads * k * d;
   const int chunks = static_cast<int>(d / 8);  // 16-byte chunks of a centroid row
-  for (int64_t c0 = 0; c0 < k; c0 += kTcCents) {
-    __syncthreads();  // every warp is done with the previous tile
+  auto load_stage = [&](int stage, int64_t c0) {
     for (int e = threadIdx.x; e < kTcParts * kTcCents * chunks; e += blockDim.x) {
       const int chunk = e % chunks, r = e / chunks, cent = r % kTcCents, part = r / kTcCents;
-      uint4 v = make_uint4(0, 0, 0, 0);
+      __nv_bfloat16* dst = &cents[stage][part][cent][chunk * 8];
       if (c0 + cent < k) {
-        v = *reinterpret_cast<const uint4*>(parts + part * plane + (head * k + c0 + cent) * d +
-                                            chunk * 8);
+        copy16_async(dst, parts + part * plane + (head * k + c0 + cent) * d + chunk * 8);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       }
-      *reinterpret_cast<uint4*>(&cents[part][cent][chunk * 8]) = v;
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+
+  // Rows group, group + 8 of each m tile: (score, centroid). Centroids come in increasing order
+  // per lane, so a strict comparison keeps the lower index of a tie.
+  float best[2][2];
+  int best_index[2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      best[m][h] = -INFINITY;
+      best_index[m][h] = static_cast<int>(k);  // loses every comparison with a real centroid
+    }
+
+  const int64_t tiles = (k + kTcCents - 1) / kTcCents;
+  load_stage(0, 0);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int stage = static_cast<int>(t & 1);
+    if (t + 1 < tiles) {
+      load_stage(stage ^ 1, (t + 1) * kTcCents);
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
     }
     __syncthreads();
-    if (!active) continue;
+    const int64_t c0 = t * kTcCents;
 #pragma unroll
-    for (int sub = 0; sub < kTcCents / 16; ++sub) {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::fill_fragment(acc, 0.f);
+    for (int nt = 0; nt < kTcCents / 8; ++nt) {
+      float acc[2][4] = {};
 #pragma unroll
       for (int part = 0; part < kTcParts; ++part) {
 #pragma unroll
-        for (int s = 0; s < kTcMaxDim / 16; ++s) {
-          if (s >= steps) continue;
-          wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-          wmma::load_matrix_sync(b, &cents[part][sub * 16][s * 16], kTcStride);
-          wmma::mma_sync(acc, a[s], b, acc);
-        }
-      }
-      wmma::store_matrix_sync(&scores[warp][0][0], acc, 16, wmma::mem_row_major);
-      __syncwarp();
-      // Columns come in increasing centroid order within a lane: strict > keeps the lower index.
+        for (int p = 0; p < kTcMaxDim / 32; ++p) {
+          if (p >= pairs) continue;
+          // Matrices 0..3: this n tile's 8 centroids at dims 32 p + 0, 8, 16, 24: b0 b1 of
+          // k-step 2 p, then of 2 p + 1.
+          uint32_t b[4];
+          ldmatrix_x4(b, &cents[stage][part][nt * 8 + lane % 8][p * 32 + (lane / 8) * 8]);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int col = half * 8 + j;
-        const int64_t cent = c0 + sub * 16 + col;
-        const float score = scores[warp][row][col];
-        if (cent < k && score > best) {
-          best = score;
-          best_index = cent;
+          for (int m = 0; m < 2; ++m) {
+            mma_bf16(acc[m], a[m][2 * p], b[0], b[1]);
+            mma_bf16(acc[m], a[m][2 * p + 1], b[2], b[3]);
+          }
         }
       }
-      __syncwarp();
+      const int64_t cent = c0 + nt * 8 + 2 * quad;
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const float score = acc[m][2 * h + c];
+            if (cent + c < k && score > best[m][h]) {
+              best[m][h] = score;
+              best_index[m][h] = static_cast<int>(cent + c);
+            }
+          }
+        }
+      }
+    }
+    __syncthreads();  // the next iteration loads into this stage
+  }
+
+  // The four lanes of a quad hold the same rows: merge, ties to the lower centroid.
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float score = best[m][h];
+      int index = best_index[m][h];
+#pragma unroll
+      for (int off = 1; off < 4; off *= 2) {
+        const float other = __shfl_xor_sync(0xffffffffu, score, off);
+        const int other_index = __shfl_xor_sync(0xffffffffu, index, off);
+        if (better(other, other_index, score, index)) {
+          score = other;
+          index = other_index;
+        }
+      }
+      const int64_t key = key0 + m * 16 + group + h * 8;
+      // A key whose every score is NaN keeps no centroid: cluster 0 rather than an invalid k.
+      if (quad == 0 && key < n) assignment[head * n + key] = index < k ? index : 0;
     }
   }
-  const float other = __shfl_xor_sync(0xffffffff, best, 16);
-  const int64_t other_index = __shfl_xor_sync(0xffffffff, best_index, 16);
-  if (better(other, other_index, best, best_index)) {
-    best = other;
-    best_index = other_index;
-  }
-  if (active && half == 0 && key0 + row < n)
-    assignment[head * n + key0 + row] = best_index < k ? best_index : 0;
 }
 
-// One warp per key: 1 / its norm (the reference's unit rows), for the sums below.
 template <typename T>
 __global__ void kmeans_inverse_norm_kernel(const T* keys, float* inverse, int64_t items,
                                            int64_t d) {
@@ -298,29 +381,25 @@ void launch_assign(const at::Tensor& keys, const at::Tensor& centroids, at::Tens
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// bf16 keys with a head dimension the fragments tile (16 .. 128 in steps of 16).
+// bf16 keys with a head dimension the fragments tile (32 .. 128 in steps of 32), rows 4-byte
+// aligned (the fragments load bf16 pairs).
 bool tensor_core_assign(const at::Tensor& keys) {
   const int64_t d = keys.size(2);
-  return keys.scalar_type() == at::kBFloat16 && d % 16 == 0 && d <= kTcMaxDim;
+  return keys.scalar_type() == at::kBFloat16 && d % 32 == 0 && d <= kTcMaxDim &&
+         reinterpret_cast<uintptr_t>(keys.data_ptr()) % 4 == 0 && keys.size(0) <= 65535;
 }
 
 void launch_assign_tc(const at::Tensor& keys, const at::Tensor& centroids, at::Tensor& assignment) {
   const int64_t heads = keys.size(0), n = keys.size(1), d = keys.size(2), k = centroids.size(1);
-  // Fragments load 16 whole keys from 32-byte aligned rows: pad the keys to a multiple of 16
-  // (the padding's assignments are never written) and copy a misaligned view.
-  const int64_t padded_n = (n + 15) / 16 * 16;
-  at::Tensor padded = padded_n == n ? keys : at::constant_pad_nd(keys, {0, 0, 0, padded_n - n});
-  if (reinterpret_cast<uintptr_t>(padded.data_ptr()) % 32 != 0) padded = padded.clone();
+  if (k > INT32_MAX) throw std::invalid_argument("kmeans_assign: more than 2^31 centroids");
   const at::Tensor hi = centroids.to(at::kBFloat16);
-  const at::Tensor rest = centroids - hi.to(at::kFloat);
-  const at::Tensor mid = rest.to(at::kBFloat16);
-  const at::Tensor lo = (rest - mid.to(at::kFloat)).to(at::kBFloat16);
-  const at::Tensor parts = at::stack({hi, mid, lo}).contiguous();
-  const dim3 grid((padded_n + kTcKeys - 1) / kTcKeys, heads);
+  const at::Tensor mid = (centroids - hi.to(at::kFloat)).to(at::kBFloat16);
+  const at::Tensor parts = at::stack({hi, mid}).contiguous();
+  const dim3 grid((n + kTcKeys - 1) / kTcKeys, heads);
   kmeans_assign_tc_kernel<<<grid, kTcWarps * 32, 0, at::cuda::getCurrentCUDAStream()>>>(
-      reinterpret_cast<const __nv_bfloat16*>(padded.data_ptr()),
-      reinterpret_cast<const __nv_bfloat16*>(parts.data_ptr()), assignment.data_ptr<int64_t>(),
-      padded_n, n, heads, k, d);
+      reinterpret_cast<const __nv_bfloat16*>(keys.data_ptr()),
+      reinterpret_cast<const __nv_bfloat16*>(parts.data_ptr()), assignment.data_ptr<int64_t>(), n,
+      heads, k, d);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
