@@ -13,6 +13,7 @@
 #include "app/cli/bench_report.h"
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
+#include "app/cli/torch_profile.h"
 #include "core/engine/generator.h"
 #include "core/trace/trace_file_writer.h"
 #include "core/trace/trace_recorder.h"
@@ -45,7 +46,7 @@ int run_bench(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "keep") return run_bench_keep(argc, argv);
   auto with_value = model_flags_with_value();
   with_value.insert({"tokens", "decode-tokens", "warmup-decode-tokens", "repeat", "json", "trace",
-                     "hbm-gbps", "chunk"});
+                     "hbm-gbps", "chunk", "profile"});
   with_value.merge(policy_flags());
   const Args args(argc, argv, 2, with_value, {"per-layer"});
   (void)policy_choice_from_args(args, "full");  // a typo fails before the model loads
@@ -95,12 +96,17 @@ int run_bench(int argc, char** argv) {
       if (last && trace_file) {
         trace = std::make_unique<TraceRecorder>(timeline, trace_file.get(), next_request_id());
       }
+      // --profile PATH: a Kineto trace of the last run's prefill (its time is then not clean).
+      std::unique_ptr<TorchProfile> profile;
+      if (last && args.has("profile"))
+        profile = std::make_unique<TorchProfile>(args.str("profile", ""));
       gpu::synchronize(decoder.device());
       const auto t0 = std::chrono::steady_clock::now();
       const at::Tensor logits =
           prefill(decoder, *run_policy, ws, prompt, block, timeline, trace.get());
       (void)logits.argmax().item<int64_t>();
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      profile.reset();
       if (trace) trace->flush();
       if (run >= 0) rates.push_back(tokens / s);
     } else {
