@@ -27,6 +27,7 @@
 #include "core/trace/trace_recorder.h"
 #include "gpu/budgeted_select.h"
 #include "gpu/decode_attention.h"
+#include "gpu/decode_linear.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
 #include "gpu/key_kmeans.h"
@@ -833,6 +834,109 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
   return out;
 }
 
+// The decode GEMV (gpu/decode_linear.h) against an f32 product of the same bf16/f16 operands
+// (rows 1-8, with and without a bias, K not a multiple of the lanes' stride), then its time and
+// bandwidth beside at::linear (cuBLAS) on the 3B shape's decode projections and head.
+nlohmann::json check_decode_linear(bool& ok) {
+  nlohmann::json out;
+  const at::Device cuda(at::kCUDA, 0);
+  nlohmann::json rows_json = nlohmann::json::array();
+  struct Shape {
+    int64_t rows, n, k;
+    bool bias;
+  };
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    for (const Shape& sh :
+         {Shape{1, 3072, 3072, false}, Shape{1, 5120, 3072, true}, Shape{2, 1000, 8200, false},
+          Shape{3, 77, 136, true}, Shape{8, 4096, 1024, false}, Shape{5, 33, 8, true}}) {
+      at::manual_seed(sh.n * 31 + sh.k);
+      const at::Tensor x = at::randn({sh.rows, 1, sh.k}).to(dtype);
+      const at::Tensor w =
+          (at::randn({sh.n, sh.k}) / std::sqrt(static_cast<double>(sh.k))).to(dtype);
+      const at::Tensor b = sh.bias ? at::randn({sh.n}).to(dtype) : at::Tensor();
+      at::Tensor ref = at::matmul(x.to(at::kFloat), w.to(at::kFloat).t());
+      if (sh.bias) ref = ref + b.to(at::kFloat);
+      const at::Tensor xd = x.to(cuda), wd = w.to(cuda), bd = sh.bias ? b.to(cuda) : at::Tensor();
+      const bool kernel = gpu::decode_linear_kernel_fits(xd, wd, bd);
+      const at::Tensor got = gpu::decode_linear(xd, wd, bd).cpu().to(at::kFloat);
+      // f32 sums in another order, one rounding to the dtype: within 2 of its ulps at the value.
+      const double ulp = dtype == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;
+      const at::Tensor excess = (got - ref).abs() - (ref.abs() * ulp + 1e-3);
+      const double worst = excess.max().item<double>();
+      const bool pass = kernel && got.sizes() == ref.sizes() && worst <= 0;
+      ok = ok && pass;
+      std::fprintf(stderr, "%s decode_linear %s rows %lld n %lld k %lld%s: worst excess %.3g%s\n",
+                   pass ? "PASS" : "FAIL", c10::toString(dtype), static_cast<long long>(sh.rows),
+                   static_cast<long long>(sh.n), static_cast<long long>(sh.k),
+                   sh.bias ? " +bias" : "", worst, kernel ? "" : " (kernel not taken)");
+      rows_json.push_back({{"dtype", c10::toString(dtype)},
+                           {"rows", sh.rows},
+                           {"n", sh.n},
+                           {"k", sh.k},
+                           {"bias", sh.bias},
+                           {"kernel", kernel},
+                           {"worst_excess_over_2_ulp", worst},
+                           {"pass", pass}});
+    }
+  }
+  out["checks"] = rows_json;
+  struct Timed {
+    const char* name;
+    int64_t n, k;
+  };
+  nlohmann::json timing = nlohmann::json::array();
+  double kernel_total = 0, cublas_total = 0;
+  for (const Timed& t :
+       {Timed{"qkv", 5120, 3072}, Timed{"o", 3072, 3072}, Timed{"gate_up", 16384, 3072},
+        Timed{"down", 3072, 8192}, Timed{"lm_head", 128256, 3072}}) {
+    const auto opts = at::TensorOptions().device(cuda).dtype(at::kBFloat16);
+    const at::Tensor x = at::randn({1, 1, t.k}, opts);
+    // Several copies of W, used in turn, so that no run finds its weights in the 50 MB L2.
+    std::vector<at::Tensor> ws;
+    for (int i = 0; i < 4; ++i)
+      ws.push_back(at::randn({t.n, t.k}, opts) / 64);
+    auto time = [&](const auto& fn) {
+      for (int i = 0; i < 8; ++i)
+        fn(ws[i % 4]);
+      gpu::synchronize(cuda);
+      constexpr int kRuns = 200;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < kRuns; ++i)
+        fn(ws[i % 4]);
+      gpu::synchronize(cuda);
+      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                 .count() /
+             kRuns;
+    };
+    const double ours = time([&](const at::Tensor& w) { return gpu::decode_linear(x, w, {}); });
+    const double cublas = time([&](const at::Tensor& w) { return at::linear(x, w); });
+    const double bytes = static_cast<double>(t.n) * t.k * 2;
+    if (std::string(t.name) != "lm_head") {
+      kernel_total += ours;
+      cublas_total += cublas;
+    }
+    std::fprintf(stderr,
+                 "TIME decode_linear %s %lldx%lld bf16: kernel %.1f us (%.0f GB/s), at::linear "
+                 "%.1f us (%.0f GB/s)\n",
+                 t.name, static_cast<long long>(t.n), static_cast<long long>(t.k), ours,
+                 bytes / ours / 1e3, cublas, bytes / cublas / 1e3);
+    timing.push_back({{"name", t.name},
+                      {"n", t.n},
+                      {"k", t.k},
+                      {"kernel_us", ours},
+                      {"kernel_gbps", bytes / ours / 1e3},
+                      {"at_linear_us", cublas},
+                      {"at_linear_gbps", bytes / cublas / 1e3}});
+  }
+  std::fprintf(stderr,
+               "TIME decode_linear one 3B layer's four projections: kernel %.1f us, "
+               "at::linear %.1f us (launches back to back, not a graph)\n",
+               kernel_total, cublas_total);
+  out["timing_llama3.2-3b"] = timing;
+  out["layer_projections_us"] = {{"kernel", kernel_total}, {"at_linear", cublas_total}};
+  return out;
+}
+
 // The split-slot decode attention kernel (gpu/decode_attention.h) against its reference body on
 // the device (f32 matmuls): dtypes, head dims, group sizes, holes, windows, per-head valid slots,
 // rows of different lengths, never-written slots holding NaN. Then its speed on the 3B shape
@@ -1171,6 +1275,10 @@ int main(int argc, char** argv) {
     out["prefill_elementwise"] = check_prefill_elementwise(ok);
     return finish();
   }
+  if (only == "decode_linear") {
+    out["decode_linear"] = check_decode_linear(ok);
+    return finish();
+  }
   if (only == "attention_runs") {
     out["attention_runs"] = check_attention_runs(ok);
     return finish();
@@ -1196,6 +1304,7 @@ int main(int argc, char** argv) {
   out["batched_recorded_step"] = check_batched_step(ok);
   guarded("recorded_retrieval", "recorded retrieval", [&] { return check_recorded_retrieval(ok); });
   guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
+  guarded("decode_linear", "decode linear", [&] { return check_decode_linear(ok); });
   guarded("unit_attention_mass", "unit attention mass",
           [&] { return check_unit_attention_mass(ok); });
   guarded("prefill_elementwise", "prefill elementwise",

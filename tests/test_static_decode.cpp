@@ -11,6 +11,7 @@
 #include "core/engine/loaded_model.h"
 #include "core/kv/cache_kv_source.h"
 #include "core/runtime/static_decode_step.h"
+#include "gpu/decode_linear.h"
 #include "gpu/device_timeline.h"
 #include "gpu/rms_norm.h"
 #include "gpu/rope_kv_write.h"
@@ -205,6 +206,32 @@ class StaticDecodeTest : public QObject {
     QVERIFY_EXCEPTION_THROWN(fast.step(d.config().vocab_size, 0), std::out_of_range);
     QVERIFY_EXCEPTION_THROWN(fast.step(1, d.config().max_positions), std::out_of_range);
     QCOMPARE(cache.lengths()[0], int64_t{0});
+  }
+
+  // Decode rows' projections (gpu/decode_linear.h): off CUDA exactly at::linear; on CUDA the
+  // GEMV kernel within an ulp of the dtype of an f32 product of the same operands.
+  void decodeLinearIsTheLinearLayer() {
+    for (bool bias : {false, true}) {
+      at::manual_seed(bias ? 2 : 1);
+      const at::Tensor x = at::randn({3, 1, 136});
+      const at::Tensor w = at::randn({40, 136});
+      const at::Tensor b = bias ? at::randn({40}) : at::Tensor();
+      const at::Tensor ref = bias ? at::linear(x, w, b) : at::linear(x, w);
+      const at::Tensor got = gpu::decode_linear(x, w, b);
+      QCOMPARE(got.sizes(), ref.sizes());
+      QVERIFY(got.equal(ref));
+      QVERIFY(!gpu::decode_linear_kernel_fits(x, w, b));  // CPU operands never take the kernel
+#ifdef ENGRAM_WITH_CUDA
+      if (!at::hasCUDA()) continue;
+      const at::Tensor xd = x.to(at::kCUDA, at::kBFloat16), wd = w.to(at::kCUDA, at::kBFloat16);
+      const at::Tensor bd = bias ? b.to(at::kCUDA, at::kBFloat16) : at::Tensor();
+      QVERIFY(gpu::decode_linear_kernel_fits(xd, wd, bd));
+      at::Tensor exact = at::matmul(xd.cpu().to(at::kFloat), wd.cpu().to(at::kFloat).t());
+      if (bias) exact = exact + bd.cpu().to(at::kFloat);
+      const at::Tensor kernel = gpu::decode_linear(xd, wd, bd).cpu().to(at::kFloat);
+      QVERIFY(((kernel - exact).abs() - exact.abs() / 128 - 1e-3).max().item<double>() <= 0);
+#endif
+    }
   }
 
   // The fused kernels against their CPU references over a grid of shapes (CUDA only).

@@ -9,6 +9,7 @@
 #include "core/runtime/attention.h"
 #include "core/runtime/decoder_layer.h"
 #include "core/trace/trace_recorder.h"
+#include "gpu/decode_linear.h"
 
 namespace engram {
 namespace {
@@ -118,7 +119,11 @@ ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
   at::Tensor normed = decoder_rms_norm(c, h, weights_.final_norm);
   at::Tensor last = req.all_logits ? normed : normed.narrow(1, s - 1, 1);
   ForwardResult result;
-  result.logits = at::linear(last, weights_.lm_head).to(at::kFloat);
+  // A decode forward's head streams the weights (gpu/decode_linear.h); a prefill's last row keeps
+  // cuBLAS, as transformers computes it.
+  result.logits =
+      (s == 1 ? gpu::decode_linear(last, weights_.lm_head, {}) : at::linear(last, weights_.lm_head))
+          .to(at::kFloat);
   if (req.final_hidden) result.hidden = normed;
   if (trace) trace->end(head, b * (req.all_logits ? s : 1));
   return result;

@@ -1,9 +1,20 @@
 #include "core/runtime/decoder_layer.h"
 
+#include "gpu/decode_linear.h"
 #include "gpu/rms_norm.h"
 #include "gpu/silu_mul.h"
 
 namespace engram {
+namespace {
+
+// Decode rows (one per sequence) stream the weights through gpu::decode_linear (a GEMV kernel on
+// CUDA); prefill keeps at::linear, cuBLAS as transformers calls it.
+at::Tensor project(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {}) {
+  if (x.dim() >= 2 && x.size(-2) == 1) return gpu::decode_linear(x, w, bias);
+  return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+}
+
+}  // namespace
 
 at::Tensor decoder_rms_norm(const ModelConfig& config, const at::Tensor& x,
                             const at::Tensor& weight, bool fused) {
@@ -21,8 +32,7 @@ LayerQkv project_qkv(const ModelConfig& c, const LayerWeights& w, const at::Tens
   const int64_t b = h.size(0), s = h.size(1);
   const int64_t hq = c.num_heads, hkv = c.num_kv_heads, hd = c.head_dim;
   const at::Tensor x = decoder_rms_norm(c, h, w.input_norm, fused_norm);
-  const at::Tensor qkv =
-      w.qkv_bias.defined() ? at::linear(x, w.qkv_proj, w.qkv_bias) : at::linear(x, w.qkv_proj);
+  const at::Tensor qkv = project(x, w.qkv_proj, w.qkv_bias);
   LayerQkv out;
   out.input = h;
   out.q = qkv.narrow(-1, 0, hq * hd).view({b, s, hq, hd}).transpose(1, 2);
@@ -39,18 +49,17 @@ at::Tensor finish_layer(const ModelConfig& c, const LayerWeights& w, const at::T
                         const at::Tensor& attn, bool fused_norm) {
   const int64_t b = h.size(0), s = h.size(1);
   at::Tensor out =
-      h + at::linear(attn.transpose(1, 2).reshape({b, s, c.num_heads * c.head_dim}), w.o_proj);
+      h + project(attn.transpose(1, 2).reshape({b, s, c.num_heads * c.head_dim}), w.o_proj);
   const at::Tensor x = decoder_rms_norm(c, out, w.post_norm, fused_norm);
-  const at::Tensor gate_up = at::linear(x, w.gate_up_proj);
+  const at::Tensor gate_up = project(x, w.gate_up_proj);
   const int64_t inter = c.intermediate_size;
   // silu(gate) · up: one kernel on CUDA, bit-equal to the expression.
-  return out + at::linear(gpu::silu_mul(gate_up, inter), w.down_proj);
+  return out + project(gpu::silu_mul(gate_up, inter), w.down_proj);
 }
 
 at::Tensor decoder_logits(const ModelConfig& c, const DecoderWeights& weights,
                           const at::Tensor& hidden) {
-  return at::linear(decoder_rms_norm(c, hidden, weights.final_norm), weights.lm_head)
-      .to(at::kFloat);
+  return project(decoder_rms_norm(c, hidden, weights.final_norm), weights.lm_head).to(at::kFloat);
 }
 
 }  // namespace engram

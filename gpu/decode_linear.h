@@ -1,0 +1,33 @@
+// A linear layer for decode rows, y = x·Wᵀ (+ b), with a handful of rows (one new token per
+// sequence): the product is a weight-streaming GEMV, bound by reading W once. On CUDA a kernel
+// in which each warp reads whole weight rows in 16-byte loads, several in flight per lane, and
+// keeps every input row's dot product in f32 registers (the input rows are re-read from L1/L2).
+// cuBLAS' kernels for these shapes read the 3B shape's four projections at ~2.4 TB/s on an H100
+// (83 µs a layer against 60 at the HBM rate;
+// bench/results/2026-11-26-h100-epicache-evict-when-full).
+//
+// x:    [..., K]; w: [N, K] (torch's linear layout), x's dtype; bias: [N] or undefined.
+// Returns [..., N] in x's dtype: f32 sums rounded once. Off CUDA, for more than kMaxRows rows, or
+// for a layout the kernel does not take (f32, K not a multiple of 8, unaligned rows), at::linear.
+// ENGRAM_CUBLAS_DECODE=1 in the environment makes every call at::linear (a benchmark's peer).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace engram::gpu {
+
+inline constexpr int64_t kDecodeLinearMaxRows = 8;
+
+at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+
+// Whether decode_linear runs its kernel for these operands (CUDA builds; false elsewhere).
+bool decode_linear_kernel_fits(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+
+#ifdef ENGRAM_WITH_CUDA
+// x: [rows, K] contiguous; the result [rows, N].
+at::Tensor decode_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+#endif
+
+}  // namespace engram::gpu
