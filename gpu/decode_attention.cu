@@ -82,26 +82,19 @@ __device__ inline void async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Two stages of a key tile and a value tile, then the scores, the softmax state and the flags.
 template <typename T, int D, int G>
 constexpr size_t partial_smem_bytes() {
   constexpr int C = chunk_slots<T, D>();
-  return 4 * kTileBytes + (G * C + 3 * G) * sizeof(float) + 2 * C;
+  return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + C;
 }
-// Blocks resident per SM with that shared memory (~66 KB at bf16, d = 128): the split count aims
-// at filling them once.
-constexpr int kBlocksPerSm = 3;
 
 // One block per (split, row · KV head); split s takes tiles s, s + splits, s + 2·splits, ... of
 // the row's slots up to its newest (interleaved: the capacity past them costs no block its
 // share). A tile's keys and values are copied into shared memory asynchronously (cp.async:
-// every byte in flight at once, none held in registers), double-buffered: the block's next tile
-// is requested before this one is scored, so a block with several tiles waits for memory once
-// (single-buffered, ~10K slots read at ~1.1 TB/s on an H100: each block's two or three tiles
-// waited in turn). The scores wait for the keys only, the values arrive meanwhile. A key row of d
-// values is read by LPK lanes, 16 bytes each; a warp takes KPW keys at a time. The block keeps an
-// online softmax over its tiles (running max and sum per query, the weighted values rescaled when
-// the max grows), as flash-decoding does.
+// every byte in flight at once, none held in registers); the scores wait for the keys only, the
+// values arrive meanwhile. A key row of d values is read by LPK lanes, 16 bytes each; a warp
+// takes KPW keys at a time. The block keeps an online softmax over its tiles (running max and
+// sum per query, the weighted values rescaled when the max grows), as flash-decoding does.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
@@ -110,14 +103,15 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int GROUPS = kWarps * KPW;
   constexpr int C = chunk_slots<T, D>();
   constexpr int PIECES = D / VEC;  // 16-byte pieces per slot
-  static_assert(kWarps * G * D * sizeof(float) <= 4 * kTileBytes, "s_red fits over the tiles");
+  static_assert(kWarps * G * D * sizeof(float) <= 2 * kTileBytes, "s_red fits over the tiles");
   extern __shared__ __align__(16) unsigned char smem[];
-  // Stage t: keys at smem + 2 t · kTileBytes, values after them.
-  float* s_p = reinterpret_cast<float*>(smem + 4 * kTileBytes);  // [G][C]
+  T* k_tile = reinterpret_cast<T*>(smem);
+  T* v_tile = reinterpret_cast<T*>(smem + kTileBytes);
+  float* s_p = reinterpret_cast<float*>(smem + 2 * kTileBytes);  // [G][C]
   float* s_m = s_p + G * C;                                      // running max per query
   float* s_l = s_m + G;                                          // running sum
   float* s_scale = s_l + G;                                      // this tile's rescale
-  bool* s_seen_stages = reinterpret_cast<bool*>(s_scale + G);    // [2][C]
+  bool* s_seen = reinterpret_cast<bool*>(s_scale + G);           // [C]
   float* s_red = reinterpret_cast<float*>(smem);  // [kWarps][G][D], over the read tiles
 
   const int split = blockIdx.x, rh = blockIdx.y;
@@ -154,13 +148,11 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       acc[qi][e] = 0.f;
+  __syncthreads();
 
-  // Requests a tile's keys and values (two cp.async groups) into a stage and, while they travel,
-  // writes which of its slots this head sees.
-  const auto request = [&](int64_t start, int stage) {
+  for (int64_t start = static_cast<int64_t>(split) * C; start < end;
+       start += static_cast<int64_t>(p.splits) * C) {
     const int n = end - start < C ? static_cast<int>(end - start) : C;
-    T* k_tile = reinterpret_cast<T*>(smem + 2 * stage * kTileBytes);
-    T* v_tile = reinterpret_cast<T*>(smem + (2 * stage + 1) * kTileBytes);
     const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head + start * D;
     const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head + start * D;
     for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
@@ -169,7 +161,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
       copy16_async(v_tile + i * VEC, vbase + i * VEC);
     async_commit();
-    bool* seen_out = s_seen_stages + stage * C;
+    // While the tile arrives: which of its slots this head sees.
     for (int j = threadIdx.x; j < n; j += kThreads) {
       bool seen = true;
       if (p.key_positions) {
@@ -178,27 +170,9 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
       }
       if (p.key_valid)
         seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
-      seen_out[j] = seen;
+      s_seen[j] = seen;
     }
-  };
-
-  const int64_t stride = static_cast<int64_t>(p.splits) * C;
-  int64_t start = static_cast<int64_t>(split) * C;
-  if (start < end) request(start, 0);
-  __syncthreads();  // the softmax state
-  for (int stage = 0; start < end; start += stride, stage ^= 1) {
-    const int n = end - start < C ? static_cast<int>(end - start) : C;
-    const bool more = start + stride < end;
-    // The other stage was released by the previous tile's last barrier.
-    if (more) request(start + stride, stage ^ 1);
-    const T* k_tile = reinterpret_cast<const T*>(smem + 2 * stage * kTileBytes);
-    const T* v_tile = reinterpret_cast<const T*>(smem + (2 * stage + 1) * kTileBytes);
-    const bool* s_seen = s_seen_stages + stage * C;
-    if (more) {
-      async_wait<3>();  // this tile's keys (its values and the next tile's may still travel)
-    } else {
-      async_wait<1>();
-    }
+    async_wait<1>();  // the keys
     __syncthreads();
 
     // Two keys per lane and pass, all G queries at once (rows past g hold zero queries and are
@@ -268,11 +242,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         s_m[qi] = m_new;
       }
     }
-    if (more) {
-      async_wait<2>();  // this tile's values
-    } else {
-      async_wait<0>();
-    }
+    async_wait<0>();  // the values
     __syncthreads();
 
 #pragma unroll
@@ -297,7 +267,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         for (int e = 0; e < VEC; ++e)
           acc[qi][e] = fmaf(w[qi], vv[e], acc[qi][e]);
     }
-    __syncthreads();  // the scores, and this stage for the tile after next
+    __syncthreads();  // the next tile overwrites the tiles and the scores
   }
 
   // Lanes holding the same slice of d differ by multiples of LPK: sum them, then over warps.
@@ -396,10 +366,10 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(Params p) {
 template <typename T, int D, int G>
 void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   constexpr int C = chunk_slots<T, D>();
-  // About kBlocksPerSm blocks per SM over all rows and heads, at most one per tile.
+  // About four blocks per SM over all rows and heads, at most one per tile.
   const int64_t tiles = (p.slots + C - 1) / C;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t want = (kBlocksPerSm * sms + rows * p.hkv - 1) / (rows * p.hkv);
+  const int64_t want = (4 * sms + rows * p.hkv - 1) / (rows * p.hkv);
   p.splits = static_cast<int>(std::max<int64_t>(1, std::min(tiles, want)));
   // Freed at return: the caching allocator hands the blocks out again only to work queued after
   // these kernels on this stream (in a capture, the graph's pool keeps them).
@@ -408,16 +378,8 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  constexpr size_t smem_bytes = partial_smem_bytes<T, D, G>();
-  static const bool opted_in = [] {  // more than the default 48 KB of dynamic shared memory
-    C10_CUDA_CHECK(cudaFuncSetAttribute(decode_partial_kernel<T, D, G>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem_bytes)));
-    return true;
-  }();
-  (void)opted_in;
-  decode_partial_kernel<T, D, G>
-      <<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads, smem_bytes, stream>>>(p);
+  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads,
+                                   partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   decode_combine_kernel<T, D>
       <<<static_cast<unsigned>(rows * p.hkv * p.g), kThreads, 0, stream>>>(p);
