@@ -13,7 +13,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 8;  // 16-byte weight loads in flight per lane
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
 
 __device__ inline void widen(const uint4& v, const __nv_bfloat16*, float* o) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -45,8 +45,7 @@ __device__ inline uint4 load_stream(const uint4* p) {
 
 // One warp per output feature n (grid-stride): lane l takes the 16-byte chunks l, l + 32, ...
 // of W's row n, kUnroll of them loaded before any is used, and accumulates each of the R input
-// rows' products in f32; a butterfly sums the lanes. (Four loads in flight and a serial tail
-// read the 3B shape's o projection at 1.9 TB/s.)
+// rows' products in f32; a butterfly sums the lanes.
 template <typename T, int R>
 __global__ void __launch_bounds__(kThreads)
     decode_linear_kernel(const T* __restrict__ x, const T* __restrict__ w,
@@ -62,30 +61,38 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r < R; ++r)
       acc[r] = 0.f;
-    // Batches of kUnroll chunks per lane, the last one predicated: every load of a batch is in
-    // flight before the first is used, the tail included (a 3,072-wide row is 12 chunks a lane).
-    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    int64_t c = lane;
+    for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {
       uint4 wv[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = c0 + 32 * u;
-        wv[u] = c < chunks ? load_stream(wrow + c) : make_uint4(0, 0, 0, 0);
-      }
+      for (int u = 0; u < kUnroll; ++u)
+        wv[u] = load_stream(wrow + c + 32 * u);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = c0 + 32 * u;
-        if (c >= chunks) break;
         float wf[8];
         widen(wv[u], w, wf);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r >= rows) break;
           float xf[8];
-          widen(__ldg(reinterpret_cast<const uint4*>(x + r * k) + c), x, xf);
+          widen(__ldg(reinterpret_cast<const uint4*>(x + r * k) + c + 32 * u), x, xf);
 #pragma unroll
           for (int e = 0; e < 8; ++e)
             acc[r] = fmaf(wf[e], xf[e], acc[r]);
         }
+      }
+    }
+    for (; c < chunks; c += 32) {
+      float wf[8];
+      widen(load_stream(wrow + c), w, wf);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows) break;
+        float xf[8];
+        widen(__ldg(reinterpret_cast<const uint4*>(x + r * k) + c), x, xf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[r] = fmaf(wf[e], xf[e], acc[r]);
       }
     }
 #pragma unroll
