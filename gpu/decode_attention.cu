@@ -42,25 +42,9 @@ __device__ inline void load_vec(const float* p, float* o) {
   o[2] = v.z;
   o[3] = v.w;
 }
-__device__ inline void load_vec(const __nv_bfloat16* p, float* o) {
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    o[2 * i] = f.x;
-    o[2 * i + 1] = f.y;
-  }
-}
-__device__ inline void load_vec(const __half* p, float* o) {
-  const uint4 v = *reinterpret_cast<const uint4*>(p);
-  const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    o[2 * i] = f.x;
-    o[2 * i + 1] = f.y;
-  }
+template <typename T>
+__device__ inline void load_vec(const T* p, float* o) {  // bf16 / f16: eight at a time
+  widen8(*reinterpret_cast<const uint4*>(p), p, o);
 }
 
 // Slots per block: a block's keys and values are one 16 KiB tile each in shared memory.

@@ -15,25 +15,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
 
-__device__ inline void widen(const uint4& v, const __nv_bfloat16*, float* o) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    o[2 * i] = f.x;
-    o[2 * i + 1] = f.y;
-  }
-}
-__device__ inline void widen(const uint4& v, const __half*, float* o) {
-  const __half2* h = reinterpret_cast<const __half2*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __half22float2(h[i]);
-    o[2 * i] = f.x;
-    o[2 * i + 1] = f.y;
-  }
-}
-
 // Weights are read once: past L1, without allocating in it (the input rows stay there).
 __device__ inline uint4 load_stream(const uint4* p) {
   uint4 v;
@@ -70,12 +51,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         float wf[8];
-        widen(wv[u], w, wf);
+        widen8(wv[u], w, wf);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (r >= rows) break;
           float xf[8];
-          widen(__ldg(reinterpret_cast<const uint4*>(x + r * k) + c + 32 * u), x, xf);
+          widen8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + c + 32 * u), x, xf);
 #pragma unroll
           for (int e = 0; e < 8; ++e)
             acc[r] = fmaf(wf[e], xf[e], acc[r]);
@@ -84,12 +65,12 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (; c < chunks; c += 32) {
       float wf[8];
-      widen(load_stream(wrow + c), w, wf);
+      widen8(load_stream(wrow + c), w, wf);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r >= rows) break;
         float xf[8];
-        widen(__ldg(reinterpret_cast<const uint4*>(x + r * k) + c), x, xf);
+        widen8(__ldg(reinterpret_cast<const uint4*>(x + r * k) + c), x, xf);
 #pragma unroll
         for (int e = 0; e < 8; ++e)
           acc[r] = fmaf(wf[e], xf[e], acc[r]);

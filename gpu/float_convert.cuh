@@ -66,4 +66,24 @@ __device__ inline void store16(T* p, const Vec16<T>& v) {
   *reinterpret_cast<Vec16<T>*>(p) = v;
 }
 
+// The eight 16-bit floats of a 16-byte vector as f32 (the pointer argument only picks the type).
+__device__ inline void widen8(const uint4& v, const __nv_bfloat16*, float* o) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    o[2 * i] = f.x;
+    o[2 * i + 1] = f.y;
+  }
+}
+__device__ inline void widen8(const uint4& v, const __half*, float* o) {
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    o[2 * i] = f.x;
+    o[2 * i + 1] = f.y;
+  }
+}
+
 }  // namespace engram::gpu
