@@ -2,10 +2,12 @@
 #include <QCommandLineParser>
 #include <memory>
 
+#include "core/runtime/host_memory.h"
 #include "ui/demo_script.h"
 #include "ui/main_window.h"
 
 int main(int argc, char** argv) {
+  engram::keep_freed_host_memory();
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("Engram"));
   QApplication::setOrganizationName(QStringLiteral("Engram"));
