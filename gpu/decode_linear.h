@@ -7,8 +7,9 @@
 // bench/results/2026-11-26-h100-epicache-evict-when-full).
 //
 // x:    [..., K]; w: [N, K] (torch's linear layout), x's dtype; bias: [N] or undefined.
-// Returns [..., N] in x's dtype: f32 sums rounded once. Off CUDA, for more than kMaxRows rows, or
-// for a layout the kernel does not take (f32, K not a multiple of 8, unaligned rows), at::linear.
+// Returns [..., N] in x's dtype: f32 sums rounded once. Off CUDA, for more than
+// kDecodeLinearMaxRows rows, or for a layout the kernel does not take (f32, K not a multiple of 8,
+// unaligned rows), at::linear. H100: bench/results/2026-11-26-h100-decode-linear.
 // ENGRAM_CUBLAS_DECODE=1 in the environment makes every call at::linear (a benchmark's peer).
 #pragma once
 
