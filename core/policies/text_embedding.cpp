@@ -29,18 +29,25 @@ std::vector<Embedding> embed_texts(const Decoder& decoder, const Tokenizer& toke
       throw std::invalid_argument("embed_text: empty text");
     if (static_cast<int64_t>(ids[i].size()) > c.max_positions) ids[i].resize(c.max_positions);
   }
-  std::vector<Embedding> out;
-  out.reserve(texts.size());
+  // Batches of texts of similar length (a stable sort by token count, results put back in the
+  // callers' order): a batch is padded to its longest text, and windows of 50-300 tokens in text
+  // order padded a batch to about twice its real tokens.
+  std::vector<size_t> order(texts.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return ids[a].size() < ids[b].size(); });
+  std::vector<Embedding> out(texts.size());
   for (size_t first = 0; first < texts.size(); first += kBatchRows) {
     const size_t rows = std::min(kBatchRows, texts.size() - first);
     int64_t longest = 0;
     for (size_t r = 0; r < rows; ++r)
-      longest = std::max(longest, static_cast<int64_t>(ids[first + r].size()));
+      longest = std::max(longest, static_cast<int64_t>(ids[order[first + r]].size()));
     // Shorter texts are padded after their end (with their last id): causal attention keeps
     // every real token's state exactly what it is alone, and the mean reads only real tokens.
     ForwardRequest req;
     for (size_t r = 0; r < rows; ++r) {
-      std::vector<int64_t> row = ids[first + r];
+      std::vector<int64_t> row = ids[order[first + r]];
       row.resize(static_cast<size_t>(longest), row.back());
       req.tokens.push_back(std::move(row));
       std::vector<int64_t> positions(static_cast<size_t>(longest));
@@ -56,7 +63,7 @@ std::vector<Embedding> embed_texts(const Decoder& decoder, const Tokenizer& toke
     const at::Tensor hidden = decoder.forward(req, source, timeline, nullptr).hidden;  // [B, S, D]
     std::vector<at::Tensor> means;
     for (size_t r = 0; r < rows; ++r) {
-      const auto n = static_cast<int64_t>(ids[first + r].size());
+      const auto n = static_cast<int64_t>(ids[order[first + r]].size());
       means.push_back(
           hidden[static_cast<int64_t>(r)].narrow(0, skip, n - skip).to(at::kFloat).mean(0));
     }
@@ -65,7 +72,7 @@ std::vector<Embedding> embed_texts(const Decoder& decoder, const Tokenizer& toke
       const float* p = all[static_cast<int64_t>(r)].data_ptr<float>();
       Embedding e(p, p + all.size(1));
       normalize(e);
-      out.push_back(std::move(e));
+      out[order[first + r]] = std::move(e);
     }
   }
   return out;
