@@ -136,15 +136,17 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
   // The new windows and the query in one call (one forward on the model's device) when the
   // turn is routed; before the history outgrows the budget only the windows are embedded.
   const bool routes = clustered() || (over_budget && (!raw_.empty() || !fresh.empty()));
-  std::vector<std::string> texts = fresh;
-  if (routes) texts.push_back(query_line);
-  std::vector<Embedding> embedded = texts.empty() ? std::vector<Embedding>{} : embed(texts);
-  if (embedded.size() != texts.size())
+  // The query rides at the end of the new windows' texts (no copy of them: a first clustering
+  // embeds every window of the history).
+  if (routes) fresh.push_back(query_line);
+  std::vector<Embedding> embedded = fresh.empty() ? std::vector<Embedding>{} : embed(fresh);
+  if (embedded.size() != fresh.size())
     throw std::logic_error("EpisodeRouter: the embedder returned a different number of texts");
   Embedding query_raw;
   if (routes) {
     query_raw = std::move(embedded.back());
     embedded.pop_back();
+    fresh.pop_back();
   }
   for (size_t i = 0; i < fresh.size(); ++i) {
     raw_.push_back(std::move(embedded[i]));
