@@ -122,14 +122,16 @@ nlohmann::json check_attention_runs(bool& ok) {
   return out;
 }
 
+// How many elements of a and b differ (compared in f32).
+int64_t elements_differing(const at::Tensor& a, const at::Tensor& b) {
+  return a.to(at::kFloat).ne(b.to(at::kFloat)).sum().item<int64_t>();
+}
+
 // The prefill's fused RoPE and SiLU·up against the torch expressions they replace, both on
 // CUDA: they reproduce the expressions' rounding points, so the difference must be exactly 0
 // (the plain prefill stays bit-equal to transformers).
 nlohmann::json check_prefill_elementwise(bool& ok) {
   nlohmann::json out = nlohmann::json::array();
-  const auto differing = [](const at::Tensor& a, const at::Tensor& b) {
-    return a.to(at::kFloat).ne(b.to(at::kFloat)).sum().item<int64_t>();
-  };
   for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
     const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
     for (int64_t batch : {1, 2}) {
@@ -148,19 +150,22 @@ nlohmann::json check_prefill_elementwise(bool& ok) {
         const at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv;
         const at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);
         const at::Tensor cos = emb.cos().to(dtype), sin = emb.sin().to(dtype);
-        int64_t bad =
-            differing(gpu::rope_apply(q, cos, sin), gpu::rope_apply_reference(q, cos, sin)) +
-            differing(gpu::rope_apply(k, cos, sin), gpu::rope_apply_reference(k, cos, sin));
+        int64_t bad = elements_differing(gpu::rope_apply(q, cos, sin),
+                                         gpu::rope_apply_reference(q, cos, sin)) +
+                      elements_differing(gpu::rope_apply(k, cos, sin),
+                                         gpu::rope_apply_reference(k, cos, sin));
         // cos/sin shared by every row of the batch
         const at::Tensor cos1 = cos.narrow(0, 0, 1), sin1 = sin.narrow(0, 0, 1);
-        bad += differing(gpu::rope_apply(q, cos1, sin1), gpu::rope_apply_reference(q, cos1, sin1));
+        bad += elements_differing(gpu::rope_apply(q, cos1, sin1),
+                                  gpu::rope_apply_reference(q, cos1, sin1));
         // the same layout as the expression's result (attention's arithmetic reads it)
         const at::Tensor fused = gpu::rope_apply(q, cos, sin);
         const at::Tensor expression = gpu::rope_apply_reference(q, cos, sin);
         if (s > 1) bad += fused.strides() != expression.strides();
         for (int64_t inter : {100, 13824}) {
           const at::Tensor gate_up = (3 * at::randn({batch, s, 2 * inter})).to(opts);
-          bad += differing(gpu::silu_mul(gate_up, inter), gpu::silu_mul_reference(gate_up, inter));
+          bad += elements_differing(gpu::silu_mul(gate_up, inter),
+                                    gpu::silu_mul_reference(gate_up, inter));
         }
         ok = ok && bad == 0;
         out.push_back({{"dtype", c10::toString(dtype)},
@@ -937,6 +942,72 @@ nlohmann::json check_decode_linear(bool& ok) {
   return out;
 }
 
+// The decode GEMV with its folds (gpu/decode_linear.h: RMSNorm before, SiLU gate and residual
+// after) against the same steps as separate kernels: the same bits, for 1-8 rows, both 16-bit
+// dtypes, with a bias, and where the normalized rows overflow the kernel's shared memory (the
+// separate steps run instead, still the same bits).
+nlohmann::json check_decode_linear_fused(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  const at::Device cuda(at::kCUDA, 0);
+  struct Shape {
+    int64_t rows, n, k;
+    bool norm, glu, residual, bias;
+  };
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    const auto opts = at::TensorOptions().device(cuda).dtype(dtype);
+    for (const Shape& sh : {Shape{1, 5120, 3072, true, false, false, true},
+                            Shape{1, 16384, 3072, true, true, false, false},
+                            Shape{1, 3072, 3072, false, false, true, false},
+                            Shape{1, 3072, 8192, false, false, true, false},
+                            Shape{3, 200, 136, true, true, true, true},
+                            Shape{8, 4096, 3072, true, false, false, false},
+                            Shape{8, 512, 4096, true, true, false, false},
+                            Shape{2, 128256, 3072, true, false, false, false}}) {
+      at::manual_seed(sh.n + 7 * sh.k + sh.rows);
+      const at::Tensor x = (2 * at::randn({sh.rows, 1, sh.k})).to(opts);
+      const at::Tensor w = (at::randn({sh.n, sh.k}) / std::sqrt(double(sh.k))).to(opts);
+      const at::Tensor b = sh.bias ? at::randn({sh.n}).to(opts) : at::Tensor();
+      const at::Tensor nw = (1 + at::randn({sh.k}) / 4).to(opts);
+      const int64_t outs = sh.glu ? sh.n / 2 : sh.n;
+      const at::Tensor res = at::randn({sh.rows, 1, outs}).to(opts);
+      gpu::DecodeLinearFusion f;
+      if (sh.norm) f.norm_weight = nw, f.norm_eps = 1e-5;
+      if (sh.glu) f.glu_inter = outs;
+      if (sh.residual) f.residual = res;
+      const bool kernel = gpu::decode_linear_kernel_fits(x, w, b, f);
+      const at::Tensor got = gpu::decode_linear(x, w, b, f);
+      at::Tensor want = sh.norm ? gpu::rms_norm(x, nw, 1e-5) : x;
+      want = gpu::decode_linear(want, w, b);
+      if (sh.glu) want = gpu::silu_mul(want, outs);
+      if (sh.residual) want = res + want;
+      const int64_t bad =
+          got.sizes() == want.sizes() ? elements_differing(got, want) : got.numel() + 1;
+      // Only the 8-row, K = 4096 norm (64 KiB of rows) is past the kernel's shared memory.
+      const bool expect_kernel = !(sh.norm && sh.rows * sh.k * 2 > 48 * 1024);
+      const bool pass = bad == 0 && kernel == expect_kernel;
+      ok = ok && pass;
+      std::fprintf(
+          stderr, "%s decode_linear fused %s rows %lld n %lld k %lld%s%s%s%s: %lld differ%s\n",
+          pass ? "PASS" : "FAIL", c10::toString(dtype), static_cast<long long>(sh.rows),
+          static_cast<long long>(sh.n), static_cast<long long>(sh.k), sh.norm ? " +norm" : "",
+          sh.glu ? " +glu" : "", sh.residual ? " +residual" : "", sh.bias ? " +bias" : "",
+          static_cast<long long>(bad), kernel ? "" : " (separate steps)");
+      out.push_back({{"dtype", c10::toString(dtype)},
+                     {"rows", sh.rows},
+                     {"n", sh.n},
+                     {"k", sh.k},
+                     {"norm", sh.norm},
+                     {"glu", sh.glu},
+                     {"residual", sh.residual},
+                     {"bias", sh.bias},
+                     {"kernel", kernel},
+                     {"elements_differing", bad},
+                     {"pass", pass}});
+    }
+  }
+  return out;
+}
+
 // The split-slot decode attention kernel (gpu/decode_attention.h) against its reference body on
 // the device (f32 matmuls): dtypes, head dims, group sizes, holes, windows, per-head valid slots,
 // rows of different lengths, never-written slots holding NaN. Then its speed on the 3B shape
@@ -1277,6 +1348,7 @@ int main(int argc, char** argv) {
   }
   if (only == "decode_linear") {
     out["decode_linear"] = check_decode_linear(ok);
+    out["decode_linear_fused"] = check_decode_linear_fused(ok);
     return finish();
   }
   if (only == "attention_runs") {
@@ -1305,6 +1377,8 @@ int main(int argc, char** argv) {
   guarded("recorded_retrieval", "recorded retrieval", [&] { return check_recorded_retrieval(ok); });
   guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
   guarded("decode_linear", "decode linear", [&] { return check_decode_linear(ok); });
+  guarded("decode_linear_fused", "decode linear fused",
+          [&] { return check_decode_linear_fused(ok); });
   guarded("unit_attention_mass", "unit attention mass",
           [&] { return check_unit_attention_mass(ok); });
   guarded("prefill_elementwise", "prefill elementwise",

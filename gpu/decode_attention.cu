@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "gpu/decode_attention.h"
+#include "gpu/dependent_launch.cuh"
 #include "gpu/float_convert.cuh"
 
 namespace engram::gpu {
@@ -97,6 +98,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   float* s_scale = s_l + G;                                      // this tile's rescale
   bool* s_seen = reinterpret_cast<bool*>(s_scale + G);           // [C]
   float* s_red = reinterpret_cast<float*>(smem);  // [kWarps][G][D], over the read tiles
+  allow_dependents();  // the combine may be scheduled now; it waits for these partials
 
   const int split = blockIdx.x, rh = blockIdx.y;
   const int row = rh / p.hkv, head = rh % p.hkv, g = p.g;
@@ -294,6 +296,8 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(Params p) {
   __shared__ float s_max[kWarps];
   __shared__ float s_lw[kWarps];
   __shared__ float s_acc[kWarps][D];
+  allow_dependents();   // the next projection's weights may start streaming
+  wait_for_previous();  // launched dependent on the partials (gpu/dependent_launch.cuh)
   const int g = p.g, rh = blockIdx.x / g, qi = blockIdx.x % g;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * g * 2;
@@ -365,9 +369,9 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads,
                                    partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  decode_combine_kernel<T, D>
-      <<<static_cast<unsigned>(rows * p.hkv * p.g), kThreads, 0, stream>>>(p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
+                                  dim3(static_cast<unsigned>(rows * p.hkv * p.g)), dim3(kThreads),
+                                  0, stream, p));
 }
 
 template <typename T, int D>

@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "gpu/rms_norm.h"
+#include "gpu/silu_mul.h"
+
 namespace engram::gpu {
 namespace {
 
@@ -12,9 +15,20 @@ bool aligned16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
+// Bytes of shared memory a block may hold without opting in: the normalized input rows.
+constexpr int64_t kNormSharedBytes = 48 * 1024;
+
+#ifdef ENGRAM_WITH_CUDA
+bool operand_fits(const at::Tensor& t, at::ScalarType type, int64_t numel) {
+  return t.is_cuda() && t.scalar_type() == type && t.numel() == numel && t.is_contiguous() &&
+         aligned16(t);
+}
+#endif
+
 }  // namespace
 
-bool decode_linear_kernel_fits(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+bool decode_linear_kernel_fits(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                               const DecodeLinearFusion& fusion) {
 #ifdef ENGRAM_WITH_CUDA
   // ENGRAM_CUBLAS_DECODE=1: cuBLAS for every row, the kernel's peer in the same benchmark run.
   static const bool cublas_only = [] {
@@ -22,34 +36,60 @@ bool decode_linear_kernel_fits(const at::Tensor& x, const at::Tensor& w, const a
     return v != nullptr && std::string(v) == "1";
   }();
   if (cublas_only) return false;
+  // ENGRAM_UNFUSED_DECODE=1: the folded steps as their own kernels (the fusion's peer).
+  static const bool unfused = [] {
+    const char* v = std::getenv("ENGRAM_UNFUSED_DECODE");
+    return v != nullptr && std::string(v) == "1";
+  }();
+  if (unfused &&
+      (fusion.norm_weight.defined() || fusion.glu_inter > 0 || fusion.residual.defined()))
+    return false;
   if (!x.is_cuda() || !w.is_cuda() || w.dim() != 2 || x.dim() < 1) return false;
   const at::ScalarType t = x.scalar_type();
   if ((t != at::kBFloat16 && t != at::kHalf) || w.scalar_type() != t) return false;
-  const int64_t k = w.size(1);
-  if (x.size(-1) != k || k % 8 != 0 || k == 0 || w.size(0) == 0) return false;
-  if (x.numel() / k > kDecodeLinearMaxRows || x.numel() == 0) return false;
+  const int64_t k = w.size(1), n = w.size(0);
+  if (x.size(-1) != k || k % 8 != 0 || k == 0 || n == 0) return false;
+  const int64_t rows = x.numel() / k;
+  if (rows > kDecodeLinearMaxRows || x.numel() == 0) return false;
   if (!w.is_contiguous() || !aligned16(w) || !x.is_contiguous() || !aligned16(x)) return false;
-  if (bias.defined() && (!bias.is_cuda() || bias.scalar_type() != t || bias.numel() != w.size(0) ||
-                         !bias.is_contiguous()))
+  if (bias.defined() &&
+      (!bias.is_cuda() || bias.scalar_type() != t || bias.numel() != n || !bias.is_contiguous()))
     return false;
+  if (fusion.norm_weight.defined() &&
+      (!operand_fits(fusion.norm_weight, t, k) || rows * k * x.element_size() > kNormSharedBytes))
+    return false;
+  if (fusion.glu_inter < 0 || (fusion.glu_inter > 0 && n != 2 * fusion.glu_inter)) return false;
+  const int64_t outputs = fusion.glu_inter > 0 ? fusion.glu_inter : n;
+  if (fusion.residual.defined() && !operand_fits(fusion.residual, t, rows * outputs)) return false;
   return true;
 #else
   (void)x;
   (void)w;
   (void)bias;
+  (void)fusion;
   return false;
 #endif
 }
 
-at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                         const DecodeLinearFusion& fusion) {
+  const int64_t outputs = fusion.glu_inter > 0 ? fusion.glu_inter : w.size(0);
 #ifdef ENGRAM_WITH_CUDA
-  if (decode_linear_kernel_fits(x, w, bias)) {
+  if (decode_linear_kernel_fits(x, w, bias, fusion)) {
     std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = w.size(0);
-    return decode_linear_cuda(x.reshape({-1, w.size(1)}), w, bias).view(shape);
+    shape.back() = outputs;
+    return decode_linear_cuda(x.reshape({-1, w.size(1)}), w, bias, fusion).view(shape);
   }
 #endif
-  return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+  const bool fused =
+      fusion.norm_weight.defined() || fusion.glu_inter > 0 || fusion.residual.defined();
+  if (!fused) return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+  // The steps one at a time, as the fused kernel's bits are defined.
+  const at::Tensor in =
+      fusion.norm_weight.defined() ? rms_norm(x, fusion.norm_weight, fusion.norm_eps) : x;
+  at::Tensor y = decode_linear(in, w, bias);
+  if (fusion.glu_inter > 0) y = silu_mul(y, fusion.glu_inter);
+  return fusion.residual.defined() ? fusion.residual + y : y;
 }
 
 }  // namespace engram::gpu

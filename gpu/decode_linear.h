@@ -9,8 +9,10 @@
 // x:    [..., K]; w: [N, K] (torch's linear layout), x's dtype; bias: [N] or undefined.
 // Returns [..., N] in x's dtype: f32 sums rounded once. Off CUDA, for more than
 // kDecodeLinearMaxRows rows, or for a layout the kernel does not take (f32, K not a multiple of 8,
-// unaligned rows), at::linear. H100: bench/results/2026-11-26-h100-decode-linear.
-// ENGRAM_CUBLAS_DECODE=1 in the environment makes every call at::linear (a benchmark's peer).
+// unaligned rows), at::linear (and the fused steps as their own ops). H100:
+// bench/results/2026-11-26-h100-decode-linear. ENGRAM_CUBLAS_DECODE=1 in the environment makes
+// every call at::linear (a benchmark's peer); ENGRAM_UNFUSED_DECODE=1 runs DecodeLinearFusion's
+// steps as separate kernels (the fusion's).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,14 +23,28 @@ namespace engram::gpu {
 
 inline constexpr int64_t kDecodeLinearMaxRows = 8;
 
-at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+// Work a decode projection folds into its kernel, each skipped when left undefined / 0. The
+// result has the bits of the separate ops in this order: gpu::rms_norm(x, norm_weight, norm_eps),
+// the product (+ bias), gpu::silu_mul(·, glu_inter), residual + (·). In the graph-recorded decode
+// step each fold is one kernel (and one gap between kernels) less per layer.
+struct DecodeLinearFusion {
+  at::Tensor norm_weight;  // [K]: x is RMS-normalized first (every block normalizes its copy)
+  double norm_eps = 0;
+  int64_t glu_inter = 0;  // > 0: W is [gate rows; up rows] (2·glu_inter); y = silu(gate)·up
+  at::Tensor residual;    // [..., N'] (N' = the output's features): added to the output
+};
 
-// Whether decode_linear runs its kernel for these operands (CUDA builds; false elsewhere).
-bool decode_linear_kernel_fits(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                         const DecodeLinearFusion& fusion = {});
+
+// Whether decode_linear runs one kernel for these operands (CUDA builds; false elsewhere).
+bool decode_linear_kernel_fits(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                               const DecodeLinearFusion& fusion = {});
 
 #ifdef ENGRAM_WITH_CUDA
-// x: [rows, K] contiguous; the result [rows, N].
-at::Tensor decode_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+// x: [rows, K] contiguous; the result [rows, N] (N / 2 with glu_inter).
+at::Tensor decode_linear_cuda(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                              const DecodeLinearFusion& fusion);
 #endif
 
 }  // namespace engram::gpu

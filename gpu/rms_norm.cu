@@ -1,5 +1,5 @@
-#include "gpu/float_convert.cuh"
 #include "gpu/rms_norm.h"
+#include "gpu/rms_norm_row.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -12,33 +12,7 @@
 namespace engram::gpu {
 namespace {
 
-constexpr int kThreads = 256;
-
-// The block's sum of `v`, returned to every thread.
-__device__ inline float block_sum(float v) {
-  __shared__ float warp_sums[kThreads / 32];
-  __shared__ float total;
-  for (int offset = 16; offset > 0; offset /= 2)
-    v += __shfl_xor_sync(0xffffffff, v, offset);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warp_sums[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < blockDim.x / 32 ? warp_sums[lane] : 0.f;
-    for (int offset = 16; offset > 0; offset /= 2)
-      v += __shfl_xor_sync(0xffffffff, v, offset);
-    if (lane == 0) total = v;
-  }
-  __syncthreads();
-  return total;
-}
-
-// The rounding points are those of the torch expression: x·r rounds to T, then weight·(that)
-// rounds to T. torch's mean multiplies the sum by 1/n.
-template <typename T>
-__device__ inline T normed(float x, float w, float scale) {
-  return from_f<T>(w * rounded<T>(x * scale));
-}
+constexpr int kThreads = kRmsNormThreads;
 
 // One block per row.
 template <typename T>
@@ -50,35 +24,16 @@ __global__ void rms_norm_kernel(const T* x, const T* weight, T* out, int64_t n, 
     const float v = to_f(row[i]);
     sum += v * v;
   }
-  const float scale = rsqrtf(block_sum(sum) * (1.f / static_cast<float>(n)) + eps);
+  const float scale = rsqrtf(rms_block_sum(sum) * (1.f / static_cast<float>(n)) + eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    dst[i] = normed<T>(to_f(row[i]), to_f(weight[i]), scale);
+    dst[i] = rms_normed<T>(to_f(row[i]), to_f(weight[i]), scale);
 }
 
 // One block per row, 16 bytes per access (n a multiple of the vector, aligned rows): the scalar
 // kernel's 2-byte accesses were ~17 us a call on prefill rows of the 14B shape.
 template <typename T>
 __global__ void rms_norm_vec_kernel(const T* x, const T* weight, T* out, int64_t n, float eps) {
-  constexpr int V = Vec16<T>::kSize;
-  const T* row = x + blockIdx.x * n;
-  T* dst = out + blockIdx.x * n;
-  const int64_t vectors = n / V;
-  float sum = 0.f;
-  for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-    const Vec16<T> v = load16(row + i * V);
-#pragma unroll
-    for (int e = 0; e < V; ++e)
-      sum += to_f(v.v[e]) * to_f(v.v[e]);
-  }
-  const float scale = rsqrtf(block_sum(sum) * (1.f / static_cast<float>(n)) + eps);
-  for (int64_t i = threadIdx.x; i < vectors; i += blockDim.x) {
-    const Vec16<T> v = load16(row + i * V), w = load16(weight + i * V);
-    Vec16<T> o;
-#pragma unroll
-    for (int e = 0; e < V; ++e)
-      o.v[e] = normed<T>(to_f(v.v[e]), to_f(w.v[e]), scale);
-    store16(dst + i * V, o);
-  }
+  rms_norm_row_vec<T>(x + blockIdx.x * n, weight, out + blockIdx.x * n, n, eps);
 }
 
 template <typename T>

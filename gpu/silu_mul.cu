@@ -1,5 +1,5 @@
-#include "gpu/float_convert.cuh"
 #include "gpu/silu_mul.h"
+#include "gpu/silu_times.cuh"
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -12,14 +12,6 @@
 
 namespace engram::gpu {
 namespace {
-
-// silu as torch's CUDA kernel computes it, x / (1 + exp(-x)) in f32 (expf, an IEEE division),
-// rounded to T; then the product with up, rounded to T.
-template <typename T>
-__device__ inline T silu_times(float g, float u) {
-  const float silu = rounded<T>(__fdiv_rn(g, __fadd_rn(1.f, expf(-g))));
-  return from_f<T>(__fmul_rn(silu, u));
-}
 
 // One thread per output element (any inter, any alignment).
 template <typename T>

@@ -15,6 +15,7 @@
 #include "gpu/device_timeline.h"
 #include "gpu/rms_norm.h"
 #include "gpu/rope_kv_write.h"
+#include "gpu/silu_mul.h"
 #include "support/fixture_models.h"
 
 using namespace engram;
@@ -232,6 +233,39 @@ class StaticDecodeTest : public QObject {
       QVERIFY(((kernel - exact).abs() - exact.abs() / 128 - 1e-3).max().item<double>() <= 0);
 #endif
     }
+  }
+
+  // The folds of a decode projection (norm before, SiLU gate and residual after) give the
+  // separate steps' values: off CUDA they are those steps; on CUDA the one kernel's bits equal
+  // the separate kernels' (bench/gpu_checks.cpp checks more shapes).
+  void decodeLinearFoldsAreTheSeparateSteps() {
+    at::manual_seed(5);
+    const at::Tensor x = at::randn({2, 1, 64});
+    const at::Tensor w = at::randn({48, 64}) / 8;
+    const at::Tensor nw = 1 + at::randn({64}) / 4;
+    const at::Tensor res = at::randn({2, 1, 24});
+    const gpu::DecodeLinearFusion f{
+        .norm_weight = nw, .norm_eps = 1e-5, .glu_inter = 24, .residual = res};
+    const auto separate = [&](const at::Tensor& xs, const gpu::DecodeLinearFusion& g) {
+      return g.residual + gpu::silu_mul(gpu::decode_linear(gpu::rms_norm(xs, g.norm_weight, 1e-5),
+                                                           w.to(xs.device(), xs.scalar_type()), {}),
+                                        24);
+    };
+    const at::Tensor got = gpu::decode_linear(x, w, {}, f);
+    QCOMPARE(got.sizes(), (at::IntArrayRef{2, 1, 24}));
+    QVERIFY(got.equal(separate(x, f)));
+    // Without the norm, and the residual alone.
+    QVERIFY(gpu::decode_linear(x, w, {}, {.residual = at::randn({2, 1, 48})}).sizes() ==
+            (at::IntArrayRef{2, 1, 48}));
+#ifdef ENGRAM_WITH_CUDA
+    if (!at::hasCUDA()) return;
+    const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+    const gpu::DecodeLinearFusion fd{
+        .norm_weight = nw.to(opts), .norm_eps = 1e-5, .glu_inter = 24, .residual = res.to(opts)};
+    const at::Tensor xd = x.to(opts), wd = w.to(opts);
+    QVERIFY(gpu::decode_linear_kernel_fits(xd, wd, {}, fd));
+    QVERIFY(gpu::decode_linear(xd, wd, {}, fd).equal(separate(xd, fd)));
+#endif
   }
 
   // The fused kernels against their CPU references over a grid of shapes (CUDA only).

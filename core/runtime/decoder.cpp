@@ -116,15 +116,20 @@ ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
 
   TraceRecorder::Open head;
   if (trace) head = trace->begin(-1, TraceLane::kCompute, "lm_head");
-  at::Tensor normed = decoder_rms_norm(c, h, weights_.final_norm);
-  at::Tensor last = req.all_logits ? normed : normed.narrow(1, s - 1, 1);
   ForwardResult result;
-  // A decode forward's head streams the weights (gpu/decode_linear.h); a prefill's last row keeps
-  // cuBLAS, as transformers computes it.
-  result.logits =
-      (s == 1 ? gpu::decode_linear(last, weights_.lm_head, {}) : at::linear(last, weights_.lm_head))
-          .to(at::kFloat);
-  if (req.final_hidden) result.hidden = normed;
+  if (s == 1 && !req.final_hidden) {
+    // A decode forward's head streams the weights with the final norm folded in
+    // (gpu/decode_linear.h).
+    result.logits = decoder_logits(c, weights_, h);
+  } else {
+    at::Tensor normed = decoder_rms_norm(c, h, weights_.final_norm);
+    at::Tensor last = req.all_logits ? normed : normed.narrow(1, s - 1, 1);
+    // A prefill's last row keeps cuBLAS, as transformers computes it.
+    result.logits = (s == 1 ? gpu::decode_linear(last, weights_.lm_head, {})
+                            : at::linear(last, weights_.lm_head))
+                        .to(at::kFloat);
+    if (req.final_hidden) result.hidden = normed;
+  }
   if (trace) trace->end(head, b * (req.all_logits ? s : 1));
   return result;
 }

@@ -1,0 +1,61 @@
+// Programmatic dependent launch (Hopper): a kernel launched with launch_dependent() may start
+// while the kernel before it on the stream is still running, once every block of that one has
+// called allow_dependents() (or exited). It must call wait_for_previous() before it reads
+// anything the previous kernel writes and before it writes anything; what it may do earlier is
+// read memory no kernel writes (weights) and prefetch. In the recorded decode step this hides
+// the gap between kernels and each GEMV's ramp: the next projection's weights start streaming
+// during the previous kernel's tail. CUDA graphs keep the relation as a programmatic edge.
+// Without the launch attribute (or before sm_90) both device calls do nothing.
+// ENGRAM_NO_PDL=1 in the environment launches normally (the benchmark's peer).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace engram::gpu {
+
+__device__ inline void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
+__device__ inline void wait_for_previous() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The L2 line holding p, fetched ahead (no register, no wait).
+__device__ inline void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+inline bool dependent_launch_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("ENGRAM_NO_PDL");
+    return v == nullptr || std::strcmp(v, "1") != 0;
+  }();
+  return on;
+}
+
+// kernel<<<grid, block, shared, stream>>>(args...), allowed to overlap the previous kernel.
+template <typename... Params, typename... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = dependent_launch_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace engram::gpu
