@@ -15,8 +15,10 @@ bool aligned16(const at::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
-// Bytes of shared memory a block may hold without opting in: the normalized input rows.
-constexpr int64_t kNormSharedBytes = 48 * 1024;
+// Bytes of normalized input rows a block holds in shared memory: under the 48 KiB a launch may
+// ask for without opting in, less the block reduction's static words (8 rows of K = 3,072 at
+// 48 KiB were refused: "invalid argument", H100, 2026-11-27).
+constexpr int64_t kNormSharedBytes = 47 * 1024;
 
 #ifdef ENGRAM_WITH_CUDA
 bool operand_fits(const at::Tensor& t, at::ScalarType type, int64_t numel) {

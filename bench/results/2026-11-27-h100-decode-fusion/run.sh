@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Decode step folds and dependent launches: every GPU check, then decode ms/token for
-#   fused+pdl  (the default: norm/SiLU/residual folded into the GEMV, launches overlap)
+#   fused-pdl  (the default: norm/SiLU/residual folded into the GEMV, launches overlap)
 #   fused      ENGRAM_NO_PDL=1
 #   unfused    ENGRAM_NO_PDL=1 ENGRAM_UNFUSED_DECODE=1 (the GEMV alone, as at 2d5b987)
 #   cublas     ENGRAM_NO_PDL=1 ENGRAM_CUBLAS_DECODE=1 (at::linear and separate ops)
@@ -30,8 +30,8 @@ run() {  # name shape tokens modes...
   done
   unset ENGRAM_NO_PDL ENGRAM_UNFUSED_DECODE ENGRAM_CUBLAS_DECODE
 }
-run 3b-10k llama3.2-3b 10240 fused+pdl fused unfused cublas
-run 3b-90k llama3.2-3b 90000 fused+pdl fused unfused
-run 8b-4k llama3.1-8b 4096 fused+pdl unfused
+run 3b-10k llama3.2-3b 10240 fused-pdl fused unfused cublas
+run 3b-90k llama3.2-3b 90000 fused-pdl fused unfused
+run 8b-4k llama3.1-8b 4096 fused-pdl unfused
 grep -h -i -E "error|what\(\)" $OUT/decode-*.log | sort | uniq -c | head
 rm -f $OUT/build.log
