@@ -1,5 +1,7 @@
 #include "core/engine/generator.h"
 
+#include <ATen/record_function.h>
+
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -28,6 +30,7 @@ std::string positions_error(int64_t tokens, int64_t max_positions, const MemoryP
 // Applies a policy's plan to the working set, as an "evict" interval on the trace.
 void apply_plan(const KeepPlan& plan, KvWorkingSet& ws, const Decoder& decoder,
                 TraceRecorder* trace) {
+  RECORD_USER_SCOPE("engram::apply_plan");  // named regions in a --profile trace
   TraceRecorder::Open open;
   if (trace) open = trace->begin(-1, TraceLane::kCompute, "evict");
   const int64_t before = ws.tokens();
@@ -39,6 +42,7 @@ void apply_plan(const KeepPlan& plan, KvWorkingSet& ws, const Decoder& decoder,
 bool shrink_to(MemoryPolicy& policy, KvWorkingSet& ws, const Decoder& decoder, int64_t target,
                TraceRecorder* trace) {
   if (ws.tokens() <= target) return true;
+  RECORD_USER_SCOPE("engram::shrink");
   const std::optional<KeepPlan> plan = policy.shrink(ws.info(), target);
   if (!plan) return false;
   if (plan->kept() > target) throw std::logic_error(policy.name() + ": the plan keeps too much");
@@ -52,6 +56,7 @@ at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorking
                          const std::vector<int64_t>& tokens, ForwardPhase phase, int64_t step,
                          gpu::DeviceTimeline& timeline, TraceRecorder* trace,
                          RetrievalKvSource* retrieval = nullptr) {
+  RECORD_USER_SCOPE("engram::forward_block");
   const int64_t len = static_cast<int64_t>(tokens.size());
   BlockInfo block;
   block.phase = phase;
@@ -81,6 +86,7 @@ at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorking
 void score_with_patch(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                       const std::vector<int64_t>& patch, gpu::DeviceTimeline& timeline,
                       TraceRecorder* trace) {
+  RECORD_USER_SCOPE("engram::score_with_patch");
   const int64_t len = static_cast<int64_t>(patch.size());
   const int64_t stream = ws.stream_tokens();
   ForwardRequest req;
