@@ -39,6 +39,7 @@
 #include "gpu/rope_rotate.h"
 #include "gpu/row_gather.h"
 #include "gpu/silu_mul.h"
+#include "gpu/softmax_column_max.h"
 #include "gpu/unit_attention_mass.h"
 
 using namespace engram;
@@ -1008,6 +1009,60 @@ nlohmann::json check_decode_linear_fused(bool& ok) {
   return out;
 }
 
+// EpiCache's patch score kernels (gpu/softmax_column_max.h) against torch's logsumexp + max on
+// the device: rows hidden entirely, columns no row sees, a row of one visible column; then the
+// time of both on a patch of the 3B shape (8 KV heads x 3 query heads x 512 rows, 10,240 keys).
+nlohmann::json check_softmax_column_max(bool& ok) {
+  nlohmann::json out;
+  nlohmann::json rows = nlohmann::json::array();
+  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  struct Shape {
+    int64_t b, h, n, c;
+  };
+  for (const Shape& sh : {Shape{1, 2, 5, 37}, Shape{1, 8, 96, 1000}, Shape{2, 3, 300, 4099}}) {
+    at::manual_seed(sh.n + sh.c);
+    at::Tensor scores = 6 * at::randn({sh.b, sh.h, sh.n, sh.c}, opts);
+    scores.masked_fill_(at::rand({sh.b, sh.h, sh.n, sh.c}, opts).lt(0.2), neg_inf);
+    scores.select(2, 0).fill_(neg_inf);                          // a row that sees nothing
+    scores.select(3, sh.c - 1).fill_(neg_inf);                   // a column no row sees
+    scores.select(2, 1).fill_(neg_inf).select(2, 3).fill_(2.0);  // one visible column
+    const at::Tensor got = gpu::softmax_column_max(scores);
+    const at::Tensor want = gpu::softmax_column_max_reference(scores);
+    const double err = (got - want).abs().max().item<double>();
+    const bool pass = got.sizes() == want.sizes() && err <= 2e-6 &&
+                      got.select(2, sh.c - 1).abs().max().item<double>() == 0.0;
+    ok = ok && pass;
+    std::fprintf(stderr, "%s softmax_column_max [%lld, %lld, %lld, %lld]: max abs error %.3g\n",
+                 pass ? "PASS" : "FAIL", static_cast<long long>(sh.b), static_cast<long long>(sh.h),
+                 static_cast<long long>(sh.n), static_cast<long long>(sh.c), err);
+    rows.push_back({{"shape", {sh.b, sh.h, sh.n, sh.c}}, {"max_abs_error", err}, {"pass", pass}});
+  }
+  out["checks"] = rows;
+  const at::Tensor scores = 4 * at::randn({1, 8, 3 * 512, 10240}, opts);
+  const auto time = [&](const auto& fn) {
+    for (int i = 0; i < 3; ++i)
+      fn();
+    gpu::synchronize(scores.device());
+    constexpr int kRuns = 20;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kRuns; ++i)
+      fn();
+    gpu::synchronize(scores.device());
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+               .count() /
+           kRuns;
+  };
+  const double kernel = time([&] { return gpu::softmax_column_max(scores); });
+  const double torch_ops = time([&] { return gpu::softmax_column_max_reference(scores); });
+  std::fprintf(stderr,
+               "TIME softmax_column_max 3B patch [1, 8, 1536, 10240] f32: kernel %.1f us, torch "
+               "ops %.1f us\n",
+               kernel, torch_ops);
+  out["timing_3b_patch_us"] = {{"kernel", kernel}, {"torch_ops", torch_ops}};
+  return out;
+}
+
 // The split-slot decode attention kernel (gpu/decode_attention.h) against its reference body on
 // the device (f32 matmuls): dtypes, head dims, group sizes, holes, windows, per-head valid slots,
 // rows of different lengths, never-written slots holding NaN. Then its speed on the 3B shape
@@ -1349,6 +1404,7 @@ int main(int argc, char** argv) {
   if (only == "decode_linear") {
     out["decode_linear"] = check_decode_linear(ok);
     out["decode_linear_fused"] = check_decode_linear_fused(ok);
+    out["softmax_column_max"] = check_softmax_column_max(ok);
     return finish();
   }
   if (only == "attention_runs") {
@@ -1379,6 +1435,7 @@ int main(int argc, char** argv) {
   guarded("decode_linear", "decode linear", [&] { return check_decode_linear(ok); });
   guarded("decode_linear_fused", "decode linear fused",
           [&] { return check_decode_linear_fused(ok); });
+  guarded("softmax_column_max", "softmax column max", [&] { return check_softmax_column_max(ok); });
   guarded("unit_attention_mass", "unit attention mass",
           [&] { return check_unit_attention_mass(ok); });
   guarded("prefill_elementwise", "prefill elementwise",

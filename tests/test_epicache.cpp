@@ -15,6 +15,7 @@
 #include "core/policies/lexical_embedding.h"
 #include "core/policies/policy_registry.h"
 #include "core/policies/text_embedding.h"
+#include "core/runtime/attention.h"
 #include "gpu/device_timeline.h"
 #include "support/fixture_models.h"
 
@@ -265,64 +266,97 @@ class EpiCacheTest : public QObject {
     const Decoder& d = decoder("llama-gqa");
     const ModelConfig& c = d.config();
     const int64_t cached = 23, patch = 5;
-    KvCache cache(shape_of(c), 1, cached + patch, d.dtype(), d.device());
-    CacheKvSource source(cache);
-    gpu::DeviceTimeline timeline(d.device());
-    ForwardRequest fill;
-    fill.tokens = {test::token_ids(cached, 8)};
-    fill.positions = {std::vector<int64_t>(cached)};
-    for (int64_t i = 0; i < cached; ++i)
-      fill.positions[0][i] = i;
-    d.forward(fill, source, timeline, nullptr);
+    // Scored from the probed rows' probabilities, and (as the runner's patch forward does,
+    // patch_probabilities() false) from the queries and keys alone: both are Eq. 3.
+    for (const bool probed : {true, false}) {
+      KvCache cache(shape_of(c), 1, cached + patch, d.dtype(), d.device());
+      CacheKvSource source(cache);
+      gpu::DeviceTimeline timeline(d.device());
+      ForwardRequest fill;
+      fill.tokens = {test::token_ids(cached, 8)};
+      fill.positions = {std::vector<int64_t>(cached)};
+      for (int64_t i = 0; i < cached; ++i)
+        fill.positions[0][i] = i;
+      d.forward(fill, source, timeline, nullptr);
+      EpiCachePolicy policy;
+      policy.set_patch(test::token_ids(patch, 9));
+      QVERIFY(!policy.patch_probabilities());
+      std::vector<at::Tensor> q(c.num_layers), k(c.num_layers);
+      ForwardRequest req;
+      req.tokens = {test::token_ids(patch, 9)};
+      req.positions = {std::vector<int64_t>(patch)};
+      for (int64_t i = 0; i < patch; ++i) {
+        req.positions[0][i] = cached + i;
+        if (probed) req.probe_rows.push_back(i);
+      }
+      req.on_layer = [&](const LayerView& v) {
+        q[v.layer] = v.q.to(at::kDouble).clone();
+        k[v.layer] = v.kv.keys.to(at::kDouble).clone();
+        policy.on_layer(v);
+      };
+      d.forward(req, source, timeline, nullptr);
 
-    EpiCachePolicy policy;
-    policy.set_patch(test::token_ids(patch, 9));
-    std::vector<at::Tensor> q(c.num_layers), k(c.num_layers);
-    ForwardRequest req;
-    req.tokens = {test::token_ids(patch, 9)};
-    req.positions = {std::vector<int64_t>(patch)};
-    for (int64_t i = 0; i < patch; ++i) {
-      req.positions[0][i] = cached + i;
-      req.probe_rows.push_back(i);
-    }
-    req.on_layer = [&](const LayerView& v) {
-      q[v.layer] = v.q.to(at::kDouble).clone();
-      k[v.layer] = v.kv.keys.to(at::kDouble).clone();
-      policy.on_layer(v);
-    };
-    d.forward(req, source, timeline, nullptr);
-
-    const int64_t hq = c.num_heads, hkv = c.num_kv_heads, g = hq / hkv;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      const at::Tensor got = policy.layer_scores(l);
-      QCOMPARE(got.size(0), hkv);
-      QCOMPARE(got.size(1), cached);
-      for (int64_t h = 0; h < hkv; ++h) {
-        std::vector<double> want(cached, 0.0);
-        for (int64_t qh = h * g; qh < (h + 1) * g; ++qh) {
-          for (int64_t r = 0; r < patch; ++r) {
-            std::vector<double> logit(cached);
-            double top = -1e300, sum = 0;
-            for (int64_t i = 0; i < cached; ++i) {
-              logit[i] = (q[l][0][qh][r] * k[l][0][h][i]).sum().item<double>() /
-                         std::sqrt(static_cast<double>(c.head_dim));
-              top = std::max(top, logit[i]);
+      const int64_t hq = c.num_heads, hkv = c.num_kv_heads, g = hq / hkv;
+      for (int64_t l = 0; l < c.num_layers; ++l) {
+        const at::Tensor got = policy.layer_scores(l);
+        QCOMPARE(got.size(0), hkv);
+        QCOMPARE(got.size(1), cached);
+        for (int64_t h = 0; h < hkv; ++h) {
+          std::vector<double> want(cached, 0.0);
+          for (int64_t qh = h * g; qh < (h + 1) * g; ++qh) {
+            for (int64_t r = 0; r < patch; ++r) {
+              std::vector<double> logit(cached);
+              double top = -1e300, sum = 0;
+              for (int64_t i = 0; i < cached; ++i) {
+                logit[i] = (q[l][0][qh][r] * k[l][0][h][i]).sum().item<double>() /
+                           std::sqrt(static_cast<double>(c.head_dim));
+                top = std::max(top, logit[i]);
+              }
+              for (int64_t i = 0; i < cached; ++i)
+                sum += std::exp(logit[i] - top);
+              for (int64_t i = 0; i < cached; ++i)
+                want[i] = std::max(want[i], std::exp(logit[i] - top) / sum);
             }
-            for (int64_t i = 0; i < cached; ++i)
-              sum += std::exp(logit[i] - top);
-            for (int64_t i = 0; i < cached; ++i)
-              want[i] = std::max(want[i], std::exp(logit[i] - top) / sum);
+          }
+          for (int64_t i = 0; i < cached; ++i) {
+            const double diff = std::abs(got[h][i].item<double>() - want[i]);
+            QVERIFY2(diff < 1e-5, qPrintable(QString("%6: layer %1 head %2 token %3: %4 vs %5")
+                                                 .arg(l)
+                                                 .arg(h)
+                                                 .arg(i)
+                                                 .arg(got[h][i].item<double>())
+                                                 .arg(want[i])
+                                                 .arg(probed ? "probed" : "queries")));
           }
         }
-        for (int64_t i = 0; i < cached; ++i) {
-          const double diff = std::abs(got[h][i].item<double>() - want[i]);
-          QVERIFY2(diff < 1e-5, qPrintable(QString("layer %1 head %2 token %3: %4 vs %5")
-                                               .arg(l)
-                                               .arg(h)
-                                               .arg(i)
-                                               .arg(got[h][i].item<double>())
-                                               .arg(want[i])));
-        }
+      }
+    }
+  }
+
+  // With a sliding window and a ragged set's hidden slots, the score from queries and keys is
+  // still the probed probabilities renormalised over the cached columns (Eq. 3), hidden columns
+  // and rows that see nothing scoring 0.
+  void patchScoreFromQueriesHonoursMasks() {
+    at::manual_seed(3);
+    const int64_t hq = 4, hkv = 2, r = 5, cached = 37, d = 16;
+    const at::Tensor q = at::randn({1, hq, r, d});
+    AttendKv kv;
+    kv.keys = at::randn({1, hkv, cached + r, d});
+    kv.values = at::randn({1, hkv, cached + r, d});
+    kv.key_positions = at::arange(cached + r, at::kLong).unsqueeze(0);
+    const at::Tensor positions = at::arange(cached, cached + r, at::kLong).unsqueeze(0);
+    for (const std::optional<int64_t> window :
+         {std::optional<int64_t>{}, std::optional<int64_t>{20}}) {
+      for (const bool ragged : {false, true}) {
+        kv.key_valid = ragged ? at::rand({1, hkv, cached + r}).gt(0.3) : at::Tensor();
+        if (ragged) kv.key_valid.narrow(2, cached, r).fill_(true);
+        const at::Tensor want =
+            patch_scores(attention_probabilities(q, kv, positions, window), hkv, cached, true);
+        const at::Tensor got = cached_attention_max(q, kv, positions, window, cached)[0];
+        QCOMPARE(got.sizes(), want.sizes());
+        QVERIFY(at::allclose(got, want, 1e-5, 1e-7));
+        if (window)
+          QCOMPARE(got.narrow(1, 0, cached + 1 - *window).abs().sum().item<double>(), 0.0);
       }
     }
   }

@@ -93,10 +93,10 @@ void score_with_patch(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet
   req.phase = ForwardPhase::kPrefill;
   req.tokens = {patch};
   req.positions = {std::vector<int64_t>(len)};
-  req.probe_rows.resize(len);
+  if (policy.patch_probabilities()) req.probe_rows.resize(len);
   for (int64_t i = 0; i < len; ++i) {
     req.positions[0][i] = ws.next_position() + i;
-    req.probe_rows[i] = i;
+    if (!req.probe_rows.empty()) req.probe_rows[i] = i;
   }
   req.on_layer = [&policy](const LayerView& view) { policy.on_layer(view); };
   CacheKvSource source(ws.cache());

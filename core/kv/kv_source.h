@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
+
 #include <cstdint>
 #include <vector>
 
@@ -61,12 +63,14 @@ enum class ForwardPhase : uint8_t { kPrefill, kDecode };
 struct LayerView {
   int64_t layer = 0;
   ForwardPhase phase = ForwardPhase::kPrefill;
-  at::Tensor input;  // [B, S, hidden] the layer's input (before its RMSNorm)
-  at::Tensor q;      // [B, Hq, S, d] after RoPE
-  at::Tensor k;      // [B, Hkv, S, d] after RoPE (fresh tokens)
-  at::Tensor v;      // [B, Hkv, S, d]
-  AttendKv kv;       // what the queries attended to (working set + fresh)
-  at::Tensor probs;  // [B, Hq, R, T] f32 for the requested rows; undefined when none were asked
+  at::Tensor input;      // [B, S, hidden] the layer's input (before its RMSNorm)
+  at::Tensor q;          // [B, Hq, S, d] after RoPE
+  at::Tensor k;          // [B, Hkv, S, d] after RoPE (fresh tokens)
+  at::Tensor v;          // [B, Hkv, S, d]
+  AttendKv kv;           // what the queries attended to (working set + fresh)
+  at::Tensor probs;      // [B, Hq, R, T] f32 for the requested rows; undefined when none were asked
+  at::Tensor positions;  // [B, S] the rows' positions
+  std::optional<int64_t> window;  // the model's sliding window, if any
 };
 
 class KvSource {

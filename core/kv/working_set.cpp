@@ -240,7 +240,7 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
       highest = *hi;
     }
   } else {
-    PlanIndex p = per_head_plan_index(plan, s.layers, s.kv_heads);
+    PlanIndex p = per_head_plan_index(plan, s.layers, s.kv_heads, cache_.device().is_cuda());
     index = std::move(p.index);
     if (p.ragged) padded = std::move(p.padding);
     lowest = p.lowest;
@@ -265,8 +265,12 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   // layer, no host work per head (a plan over 32 layers x 8 heads took ~250 ms on an 8B shape).
   const at::Tensor old_positions_dev =
       per_head ? cache_.positions()[0].narrow(0, 0, before).clone() : at::Tensor();
-  const at::Tensor index_dev = per_head ? index.to(cache_.device()) : at::Tensor();
-  const at::Tensor target_dev = per_head ? target.to(cache_.device()) : at::Tensor();
+  // The index is page-locked on CUDA: its copy queues behind the work before it instead of
+  // waiting for it (a pageable copy synchronizes the stream first).
+  const at::Tensor index_dev =
+      per_head ? index.to(cache_.device(), /*non_blocking=*/true) : at::Tensor();
+  const at::Tensor target_dev =
+      per_head ? at::arange(n, at::TensorOptions(at::kLong).device(cache_.device())) : at::Tensor();
   for (int64_t l = 0; l < s.layers; ++l) {
     at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
     at::Tensor values = cache_.values(l)[0];

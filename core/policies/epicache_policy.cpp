@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/policies/keep_plan_index.h"
+#include "core/runtime/attention.h"
 
 namespace engram {
 
@@ -76,13 +77,22 @@ std::vector<int64_t> EpiCachePolicy::probe_rows(const BlockInfo& block) const {
 }
 
 void EpiCachePolicy::on_layer(const LayerView& view) {
-  if (!view.probs.defined()) return;
-  const int64_t t = view.probs.size(3), r = view.probs.size(2);
-  const int64_t kv_heads = view.k.size(1);
   // The episode and infinipot patches score the cached tokens (all but the patch's own columns);
-  // the snapkv window scores every key, itself included, as SnapKV does.
+  // the snapkv window scores every key, itself included, as SnapKV does. A patch forward comes
+  // without probabilities (patch_probabilities()): every row is the patch, scored from its
+  // queries and the keys; probed rows' probabilities are taken as given.
   const bool patched = !uses_window();
-  at::Tensor s = patch_scores(view.probs, kv_heads, patched ? t - r : t, patched);
+  const int64_t kv_heads = view.k.size(1);
+  at::Tensor s;
+  if (view.probs.defined()) {
+    const int64_t t = view.probs.size(3), r = view.probs.size(2);
+    s = patch_scores(view.probs, kv_heads, patched ? t - r : t, patched);
+  } else if (patched && view.q.defined()) {
+    const int64_t cached = view.kv.keys.size(2) - view.q.size(2);
+    s = cached_attention_max(view.q, view.kv, view.positions, view.window, cached)[0];
+  } else {
+    return;
+  }
   // Slots a ragged plan left empty in a head (attention's key_valid) are never worth keeping.
   if (view.kv.key_valid.defined())
     s.masked_fill_(view.kv.key_valid[0].narrow(1, 0, s.size(1)).logical_not().to(s.device()),
@@ -145,6 +155,24 @@ std::vector<std::vector<int64_t>> joint_top(const at::Tensor& s, int64_t pairs, 
 
 }  // namespace
 
+at::Tensor EpiCachePolicy::all_layer_scores(int64_t layers, int64_t kv_heads,
+                                            int64_t tokens) const {
+  if (static_cast<int64_t>(scores_.size()) != layers || layers == 0) return {};
+  for (const at::Tensor& s : scores_) {
+    if (!s.defined() || s.sizes() != scores_[0].sizes() || s.device() != scores_[0].device() ||
+        s.size(0) != kv_heads || s.size(1) > tokens)
+      return {};
+  }
+  // As scores_for, every layer at once: unscored slots rank by recency above every probability.
+  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(scores_[0].device());
+  at::Tensor s = (2.0 + at::arange(tokens, f32) / static_cast<double>(std::max<int64_t>(tokens, 1)))
+                     .view({1, 1, tokens})
+                     .repeat({layers, kv_heads, 1});
+  s.narrow(2, 0, scores_[0].size(1)).copy_(at::stack(scores_));
+  if (options_.per_head == 0) s = std::get<0>(s.max(1, true)).expand({layers, kv_heads, tokens});
+  return s.contiguous();
+}
+
 std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t target) {
   target = std::max<int64_t>(0, std::min(target, ws.tokens));
   const int64_t tail_rule =
@@ -152,33 +180,48 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   const float empty = -std::numeric_limits<float>::infinity();
   KeepPlan plan;
   plan.per_head.resize(ws.layers);
-  std::vector<at::Tensor> scores(ws.layers);
   std::vector<int64_t> choose(ws.layers), older(ws.layers);
-  // Ranked where the scores are (the GPU in a CUDA session): per layer a top-k and a sort of the
-  // chosen slots, every layer's choice crossing to the host in one copy. Ranking on the host
-  // (scores copied per layer, lists built per head) cost ~170 ms a shrink on an 8B shape, and
-  // building one episode from a 20K-token history shrinks 40 times.
-  std::vector<at::Tensor> picked;  // per layer [H·choose]: ascending slots, empty ones last
   for (int64_t l = 0; l < ws.layers; ++l) {
     const int64_t keep = layer_keep(l, ws.layers, target);
     const int64_t tail = std::min(tail_rule, keep);
     choose[l] = keep - tail;
     older[l] = ws.tokens - tail;
-    scores[l] = scores_for(l, ws.kv_heads, ws.tokens);  // [H, T]
-    const at::Tensor candidates = scores[l].narrow(1, 0, older[l]);
-    if (options_.per_head == 2) {
-      plan.per_head[l] =
-          joint_top(candidates.to(at::kCPU).contiguous(), choose[l] * ws.kv_heads, target - tail);
-      for (auto& list : plan.per_head[l])
-        std::sort(list.begin(), list.end());
-      continue;
-    }
-    const auto [top, index] = candidates.topk(choose[l], 1);
-    // An empty slot is never worth keeping: marked ws.tokens, it sorts after every real slot.
-    picked.push_back(std::get<0>(index.masked_fill(top == empty, ws.tokens).sort(1)).reshape({-1}));
   }
+  // Ranked where the scores are (the GPU in a CUDA session), every layer's choice crossing to the
+  // host in one copy: with equal budgets in one top-k and one sort over [L, H, T] (per layer
+  // they were ~10 small kernels a layer, ~30 % of a 3B episode build's launches), per layer
+  // otherwise. Ranking on the host (scores copied per layer, lists built per head) cost ~170 ms a
+  // shrink on an 8B shape, and building one episode from a 20K-token history shrinks 40 times.
+  const bool uniform =
+      options_.per_head != 2 &&
+      std::all_of(choose.begin(), choose.end(), [&](int64_t c) { return c == choose[0]; });
+  at::Tensor stacked = uniform ? all_layer_scores(ws.layers, ws.kv_heads, ws.tokens) : at::Tensor();
+  std::vector<at::Tensor> scores(ws.layers);
+  for (int64_t l = 0; l < ws.layers; ++l)
+    scores[l] = stacked.defined() ? stacked[l] : scores_for(l, ws.kv_heads, ws.tokens);  // [H, T]
+  std::vector<at::Tensor> picked;  // [H·choose] per layer, or one [L·H·choose]: ascending slots
+  if (stacked.defined()) {
+    const auto [top, index] = stacked.narrow(2, 0, older[0]).topk(choose[0], 2);
+    // An empty slot is never worth keeping: marked ws.tokens, it sorts after every real slot.
+    picked.push_back(std::get<0>(index.masked_fill(top == empty, ws.tokens).sort(2)));
+  } else {
+    for (int64_t l = 0; l < ws.layers; ++l) {
+      const at::Tensor candidates = scores[l].narrow(1, 0, older[l]);
+      if (options_.per_head == 2) {
+        plan.per_head[l] = joint_top(candidates.to(at::kCPU).contiguous(), choose[l] * ws.kv_heads,
+                                     target - (ws.tokens - older[l]));
+        for (auto& list : plan.per_head[l])
+          std::sort(list.begin(), list.end());
+        continue;
+      }
+      const auto [top, index] = candidates.topk(choose[l], 1);
+      picked.push_back(
+          std::get<0>(index.masked_fill(top == empty, ws.tokens).sort(1)).reshape({-1}));
+    }
+  }
+  bool short_list = false;  // some head keeps fewer than its share (empty slots)
   if (!picked.empty()) {
-    const at::Tensor all = at::cat(picked).to(at::kCPU);
+    const at::Tensor all = (picked.size() == 1 ? picked[0] : at::cat(picked)).to(at::kCPU);
     const int64_t* slot = all.data_ptr<int64_t>();
     for (int64_t l = 0; l < ws.layers; ++l) {
       plan.per_head[l].resize(ws.kv_heads);
@@ -187,6 +230,7 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
         list.reserve(static_cast<size_t>(choose[l] + ws.tokens - older[l]));
         for (int64_t i = 0; i < choose[l] && slot[i] < ws.tokens; ++i)
           list.push_back(slot[i]);
+        short_list = short_list || static_cast<int64_t>(list.size()) < choose[l];
       }
     }
   }
@@ -198,13 +242,23 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   }
   // The scores follow their slots (kept slot j is now slot j; a shorter list fills the last of
   // the plan's slots, after empty ones); a later shrink without a fresh patch (decode) ranks by
-  // them. Gathered where they are, through one [L, H, n] index.
-  const PlanIndex kept = per_head_plan_index(plan, ws.layers, ws.kv_heads);
-  const at::Device where = scores.empty() ? at::Device(at::kCPU) : scores[0].device();
-  const at::Tensor index = kept.index.to(where);
-  const at::Tensor padding = kept.padding.to(where);
-  for (int64_t l = 0; l < ws.layers; ++l)
-    scores[l] = scores[l].gather(1, index[l]).masked_fill_(padding[l], empty);
+  // them. With every list whole the kept index is the picks and the tail, built on the device;
+  // otherwise through the plan's [L, H, n] index (gathered where the scores are).
+  if (stacked.defined() && !short_list) {
+    const at::Tensor tail = at::arange(older[0], ws.tokens, picked[0].options())
+                                .view({1, 1, ws.tokens - older[0]})
+                                .expand({ws.layers, ws.kv_heads, ws.tokens - older[0]});
+    const at::Tensor kept = stacked.gather(2, at::cat({picked[0], tail}, 2));
+    for (int64_t l = 0; l < ws.layers; ++l)
+      scores[l] = kept[l];
+  } else {
+    const PlanIndex kept = per_head_plan_index(plan, ws.layers, ws.kv_heads);
+    const at::Device where = scores.empty() ? at::Device(at::kCPU) : scores[0].device();
+    const at::Tensor index = kept.index.to(where);
+    const at::Tensor padding = kept.padding.to(where);
+    for (int64_t l = 0; l < ws.layers; ++l)
+      scores[l] = scores[l].gather(1, index[l]).masked_fill_(padding[l], empty);
+  }
   scores_ = std::move(scores);
   const char* how = options_.per_head == 2   ? " (head, token) pairs per layer jointly"
                     : options_.per_head == 1 ? " per head"

@@ -79,6 +79,7 @@ class EpiCachePolicy : public MemoryPolicy {
   // The patched prompt's token ids (no BOS): episode and infinipot variants.
   void set_patch(std::vector<int64_t> tokens) { patch_ = std::move(tokens); }
   std::vector<int64_t> patch_tokens() const override;
+  bool patch_probabilities() const override { return false; }
 
   void begin_request(const WorkingSetInfo& ws) override;
   std::vector<int64_t> probe_rows(const BlockInfo& block) const override;
@@ -108,6 +109,9 @@ class EpiCachePolicy : public MemoryPolicy {
   // episodes yet): the block's last `window` tokens are the probe rows.
   bool uses_window() const { return options_.patch == PatchKind::kSnapKv || patch_.empty(); }
   at::Tensor scores_for(int64_t layer, int64_t kv_heads, int64_t tokens) const;
+  // Every layer's scores_for() as one [L, H, T] tensor; undefined when the layers' scores differ
+  // in presence, size or device (then per layer).
+  at::Tensor all_layer_scores(int64_t layers, int64_t kv_heads, int64_t tokens) const;
   // Tokens per KV head that layer `layer` keeps when shrinking to `target`.
   int64_t layer_keep(int64_t layer, int64_t layers, int64_t target) const;
 

@@ -6,13 +6,13 @@
 
 namespace engram {
 
-PlanIndex per_head_plan_index(const KeepPlan& plan, int64_t layers, int64_t kv_heads) {
+PlanIndex per_head_plan_index(const KeepPlan& plan, int64_t layers, int64_t kv_heads, bool pinned) {
   if (static_cast<int64_t>(plan.per_head.size()) != layers)
     throw std::invalid_argument("KeepPlan: one list per layer expected");
   const int64_t n = plan.kept();
   PlanIndex out;
   // Written straight into the tensors (2M entries for an 8B shape at an 8K budget).
-  out.index = at::empty({layers, kv_heads, n}, at::kLong);
+  out.index = at::empty({layers, kv_heads, n}, at::TensorOptions(at::kLong).pinned_memory(pinned));
   out.padding = at::zeros({layers, kv_heads, n}, at::kBool);
   int64_t* slot = out.index.data_ptr<int64_t>();
   bool* pad = out.padding.data_ptr<bool>();

@@ -20,7 +20,9 @@ struct PlanIndex {
   int64_t highest = -1;
 };
 
-// Throws std::invalid_argument when the plan has not `layers` x `kv_heads` lists.
-PlanIndex per_head_plan_index(const KeepPlan& plan, int64_t layers, int64_t kv_heads);
+// Throws std::invalid_argument when the plan has not `layers` x `kv_heads` lists. `pinned`: the
+// index in page-locked memory (a CUDA build's caller copies it to the device without a sync).
+PlanIndex per_head_plan_index(const KeepPlan& plan, int64_t layers, int64_t kv_heads,
+                              bool pinned = false);
 
 }  // namespace engram

@@ -95,6 +95,10 @@ class MemoryPolicy {
   // drops the patch's KV (the verbatim tail: truncate is exact) and calls shrink(). The patch
   // never stays in the working set; peak KV per layer <= budget + block + |patch|. Empty: none.
   virtual std::vector<int64_t> patch_tokens() const { return {}; }
+  // Whether the patch's rows come with probabilities (LayerView::probs). False: on_layer still
+  // runs for the patch, without them, and the policy scores from the queries and keys it sees
+  // (EpiCache: cached_attention_max, which never writes the probabilities).
+  virtual bool patch_probabilities() const { return true; }
   // Called when the working set holds more than `target` slots (after a prefill block that
   // passed the budget, or because positions ran out): return the slots to keep, at most `target`
   // of them. std::nullopt means the policy cannot shrink the working set (full KV).

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "gpu/decode_attention.h"
+#include "gpu/softmax_column_max.h"
 #include "gpu/stream_fork.h"
 
 namespace engram {
@@ -188,6 +189,26 @@ at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
   at::Tensor probs =
       grouped_probabilities(q_rows, kv.keys, attend_mask(kv, q_row_positions, window), f32_scores);
   return probs.reshape({b, hq, r, kv.keys.size(2)});
+}
+
+at::Tensor cached_attention_max(const at::Tensor& q_rows, const AttendKv& kv,
+                                const at::Tensor& q_row_positions, std::optional<int64_t> window,
+                                int64_t cached) {
+  const int64_t b = q_rows.size(0), hq = q_rows.size(1), r = q_rows.size(2), d = q_rows.size(3);
+  const int64_t hkv = kv.keys.size(1), g = hq / hkv;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // f32 operands: products of 16-bit values are exact in f32, so the scores are the f32 path's
+  // up to summation order.
+  const at::Tensor qg =
+      q_rows.reshape({b, hkv, g * r, d}).to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(d)));
+  const at::Tensor k = kv.keys.narrow(2, 0, cached).to(at::kFloat);
+  at::Tensor scores = at::matmul(qg, k.transpose(-1, -2));  // [B, Hkv, g·R, cached]
+  // Cached keys precede the rows; only a window, a ragged set or an explicit mask hides some.
+  if (window || kv.key_valid.defined() || kv.mask.defined()) {
+    const at::Tensor mask = attend_mask(kv, q_row_positions, window).narrow(3, 0, cached);
+    scores.masked_fill_(grouped_mask(mask, g).logical_not(), neg_inf);
+  }
+  return gpu::softmax_column_max(scores);  // [B, Hkv, cached]
 }
 
 AttentionWithProbabilities attention_with_probabilities(const at::Tensor& q, const AttendKv& kv,

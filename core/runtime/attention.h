@@ -56,6 +56,19 @@ at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
                                    const at::Tensor& q_row_positions, std::optional<int64_t> window,
                                    bool f32_scores = true);
 
+// For each KV head and each of the first `cached` keys, the largest attention probability that
+// any query row (any query head of the group) gives it, the softmax taken over those `cached`
+// keys only: f32 [B, Hkv, cached]. This is a patched prompt's attention renormalised over the
+// cached tokens (EpiCache's Eq. 3), computed without materializing probabilities: the scores in
+// f32 from the compute dtype's exact products, then gpu::softmax_column_max (per row the
+// log-sum-exp, then the max of s - lse over rows and group heads: 3 passes over [Hkv, g·R,
+// cached] on CUDA, against ~12 for attention_probabilities + renormalising). The rows must come
+// after every cached key (a patch appended to the working set); the window and a ragged set's
+// key_valid still mask. A row that sees no cached key contributes nothing.
+at::Tensor cached_attention_max(const at::Tensor& q_rows, const AttendKv& kv,
+                                const at::Tensor& q_row_positions, std::optional<int64_t> window,
+                                int64_t cached);
+
 // Attention of every row of q together with its head-averaged probabilities, f32 [B, S, T], in
 // one pass: scores in the compute dtype, softmax in f32, the output from those probabilities
 // (the grouped path's arithmetic). For a policy that measures every recomputed row's attention

@@ -101,7 +101,8 @@ ForwardResult Decoder::forward(const ForwardRequest& req, KvSource& source,
       const AttendKv kv = source.layer_kv(li, fresh, ctx);
       at::Tensor attn = attention(q, kv, positions, c.sliding_window);
       if (req.on_layer) {
-        LayerView view{li, req.phase, p.input, q, k, p.v, kv, at::Tensor()};
+        LayerView view{li,  req.phase, p.input,      q,         k,
+                       p.v, kv,        at::Tensor(), positions, c.sliding_window};
         if (probe_index.defined()) {
           view.probs = attention_probabilities(q.index_select(2, probe_index), kv, probe_positions,
                                                c.sliding_window);
