@@ -123,6 +123,20 @@ nlohmann::json check_attention_runs(bool& ok) {
   return out;
 }
 
+// Mean microseconds of `runs` calls of fn(i) launched back to back, after `warmup` calls, the
+// device synchronized before and after.
+double mean_device_us(at::Device device, int warmup, int runs, const std::function<void(int)>& fn) {
+  for (int i = 0; i < warmup; ++i)
+    fn(i);
+  gpu::synchronize(device);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < runs; ++i)
+    fn(i);
+  gpu::synchronize(device);
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+         runs;
+}
+
 // How many elements of a and b differ (compared in f32).
 int64_t elements_differing(const at::Tensor& a, const at::Tensor& b) {
   return a.to(at::kFloat).ne(b.to(at::kFloat)).sum().item<int64_t>();
@@ -901,18 +915,8 @@ nlohmann::json check_decode_linear(bool& ok) {
     std::vector<at::Tensor> ws;
     for (int i = 0; i < 4; ++i)
       ws.push_back(at::randn({t.n, t.k}, opts) / 64);
-    auto time = [&](const auto& fn) {
-      for (int i = 0; i < 8; ++i)
-        fn(ws[i % 4]);
-      gpu::synchronize(cuda);
-      constexpr int kRuns = 200;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < kRuns; ++i)
-        fn(ws[i % 4]);
-      gpu::synchronize(cuda);
-      return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                 .count() /
-             kRuns;
+    const auto time = [&](const auto& fn) {
+      return mean_device_us(cuda, 8, 200, [&](int i) { fn(ws[i % 4]); });
     };
     const double ours = time([&](const at::Tensor& w) { return gpu::decode_linear(x, w, {}); });
     const double cublas = time([&](const at::Tensor& w) { return at::linear(x, w); });
@@ -1041,17 +1045,7 @@ nlohmann::json check_softmax_column_max(bool& ok) {
   out["checks"] = rows;
   const at::Tensor scores = 4 * at::randn({1, 8, 3 * 512, 10240}, opts);
   const auto time = [&](const auto& fn) {
-    for (int i = 0; i < 3; ++i)
-      fn();
-    gpu::synchronize(scores.device());
-    constexpr int kRuns = 20;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kRuns; ++i)
-      fn();
-    gpu::synchronize(scores.device());
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-               .count() /
-           kRuns;
+    return mean_device_us(scores.device(), 3, 20, [&](int) { fn(); });
   };
   const double kernel = time([&] { return gpu::softmax_column_max(scores); });
   const double torch_ops = time([&] { return gpu::softmax_column_max_reference(scores); });
