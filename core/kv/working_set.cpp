@@ -224,6 +224,8 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   const int64_t before = tokens();
   const int64_t n = plan.kept();
   const bool per_head = !plan.per_head.empty();
+  // Without a validity mask every slot holds a token (the mask is set exactly when some does not).
+  const bool all_valid = !cache_.key_valid(0).defined();
   // Index of the kept slots, [L, H, n] on the CPU (validated once here, before anything moves).
   // A shorter list (a ragged plan) sits at the end of its n slots, after `n - length` padding
   // slots that read slot 0 and stay invalid: its tokens keep positions next to the fresh ones, and
@@ -304,6 +306,13 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   at::Tensor map = old_map.gather(2, index);
   if (padded.defined()) map.masked_fill_(padded, -1);
   set_slot_map(map);
+  if (!padded.defined() && all_valid) {
+    // Every slot held a token (no mask: the map had no -1) and the plan pads none: every kept
+    // slot holds one. Four passes over the [L, H, n] map saved (~5 ms of an idle GPU a shrink
+    // of a 3B episode build).
+    evicted_ += before - n;
+    return;
+  }
   // A slot that holds no token (padding, or one a plan kept from an earlier padding) is hidden
   // from its head; a plan that fills every slot frees the mask.
   const at::Tensor valid = map.ge(0);

@@ -192,9 +192,9 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   // they were ~10 small kernels a layer, ~30 % of a 3B episode build's launches), per layer
   // otherwise. Ranking on the host (scores copied per layer, lists built per head) cost ~170 ms a
   // shrink on an 8B shape, and building one episode from a 20K-token history shrinks 40 times.
-  const bool uniform =
-      options_.per_head != 2 &&
-      std::all_of(choose.begin(), choose.end(), [&](int64_t c) { return c == choose[0]; });
+  bool uniform = options_.per_head != 2;
+  for (int64_t l = 1; l < ws.layers && uniform; ++l)
+    uniform = choose[l] == choose[0] && older[l] == older[0];
   at::Tensor stacked = uniform ? all_layer_scores(ws.layers, ws.kv_heads, ws.tokens) : at::Tensor();
   std::vector<at::Tensor> scores(ws.layers);
   for (int64_t l = 0; l < ws.layers; ++l)
