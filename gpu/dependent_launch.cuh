@@ -33,8 +33,10 @@ __device__ inline void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
-inline bool dependent_launch_enabled() {
-  static const bool on = [] {
+// Whether launches ask for the overlap: off with ENGRAM_NO_PDL=1, and off for the rest of the
+// process once a driver refused the attribute (the kernels are correct either way).
+inline bool& dependent_launch_enabled() {
+  static bool on = [] {
     const char* v = std::getenv("ENGRAM_NO_PDL");
     return v == nullptr || std::strcmp(v, "1") != 0;
   }();
@@ -44,7 +46,7 @@ inline bool dependent_launch_enabled() {
 // kernel<<<grid, block, shared, stream>>>(args...), allowed to overlap the previous kernel.
 template <typename... Params, typename... Args>
 cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared,
-                             cudaStream_t stream, Args&&... args) {
+                             cudaStream_t stream, const Args&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
@@ -55,7 +57,15 @@ cudaError_t launch_dependent(void (*kernel)(Params...), dim3 grid, dim3 block, s
   attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
   config.numAttrs = dependent_launch_enabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+  if (err != cudaErrorNotSupported && err != cudaErrorInvalidValue) return err;
+  if (config.numAttrs == 0) return err;
+  // Refused with the attribute (an older driver, a capture mode without programmatic edges):
+  // clear the error and launch plainly from now on.
+  (void)cudaGetLastError();
+  dependent_launch_enabled() = false;
+  config.numAttrs = 0;
+  return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
 }  // namespace engram::gpu
