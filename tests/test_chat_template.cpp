@@ -147,6 +147,52 @@ class TestChatTemplate : public QObject {
     }
   }
 
+  // With an atomic line break (engram-tiny's and the Llama-2 SentencePiece models), runs are
+  // encoded a line at a time: the ids must be those of one call on the whole run, for text with
+  // the whitespace and quotes a history holds, and the engram template's growing single run must
+  // not be encoded again each turn.
+  void lineAtATimeEncodingIsWholeTextEncoding() {
+    QVERIFY(engram_->atomic_newline_id() >= 0);
+    QVERIFY(llama_->atomic_newline_id() >= 0);
+    const std::vector<std::string> texts{
+        "Session 1 (May 2, 2024)\nUser said, \u201cHi  there \u201d\n\nAssistant said,",
+        "  two leading\n\ttab line \n trailing  \n", "no break at all",
+        "multi\nline\nmessage\n with \u00e9 accents and 123456 digits\n"};
+    for (const Tokenizer* t : {engram_.get(), llama_.get()}) {
+      for (const std::string& text : texts) {
+        std::vector<int32_t> lines;
+        size_t start = 0;
+        for (size_t end; (end = text.find('\n', start)) != std::string::npos; start = end + 1) {
+          const std::string_view line(text.data() + start, end - start);
+          const auto part = start == 0 ? t->encode(line) : t->encode_after_newline(line);
+          lines.insert(lines.end(), part.begin(), part.end());
+          lines.push_back(t->atomic_newline_id());
+        }
+        const auto last =
+            start == 0 ? t->encode(text) : t->encode_after_newline(text.substr(start));
+        lines.insert(lines.end(), last.begin(), last.end());
+        COMPARE_IDS(lines, t->encode(text));
+      }
+    }
+    const ChatTemplate engram(ChatTemplateKind::kEngram);
+    ChatTemplate::EncodeMemo memo;
+    std::vector<ChatMessage> messages;
+    size_t entries = 0;
+    for (int turn = 0; turn < 40; ++turn) {
+      messages.push_back({"user", "Turn " + std::to_string(turn) + ":  did you see the " +
+                                      (turn % 3 ? "garden" : "new\nline") + " ?"});
+      messages.push_back({"assistant", turn % 5 ? "Yes,  I did. " : ""});
+      const std::string rendered = engram.render_text(messages, true);
+      QVERIFY(rendered.rfind("<s>", 0) == 0);
+      COMPARE_IDS(engram.encode(*engram_, messages, true, memo),
+                  concat({engram_->bos_id()}, engram_->encode(rendered.substr(3))));
+      if (turn > 0) {  // a turn adds its own lines (and the generation prompt's), not the history
+        QVERIFY2(memo.size() - entries <= 5, qPrintable(QString::number(memo.size() - entries)));
+      }
+      entries = memo.size();
+    }
+  }
+
   void llama2RenderTextFoldsSystemIntoFirstUserTurn() {
     const ChatTemplate llama2(ChatTemplateKind::kLlama2);
     QCOMPARE(llama2.render_text(kConversation, true),

@@ -1,5 +1,6 @@
 #include "core/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <system_error>
 
@@ -90,6 +91,54 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
     throw std::runtime_error("SentencePiece could not decode ids: " + status);
   }
   return text;
+}
+
+namespace {
+
+// The ids of `line` read right after a newline whose id is `nl`: "\n" + line encoded, and what
+// comes before the newline's id (the dummy prefix) dropped.
+std::vector<int32_t> after_newline(const Tokenizer& t, std::string_view line, int32_t nl) {
+  const std::vector<int32_t> ids = t.encode("\n" + std::string(line));
+  const auto at = std::find(ids.begin(), ids.end(), nl);
+  return at == ids.end() ? ids : std::vector<int32_t>(at + 1, ids.end());
+}
+
+}  // namespace
+
+std::vector<int32_t> Tokenizer::encode_after_newline(std::string_view line) const {
+  return after_newline(*this, line, atomic_newline_id());
+}
+
+int32_t Tokenizer::atomic_newline_id() const {
+  std::call_once(newline_once_, [this] { newline_id_ = find_atomic_newline(); });
+  return newline_id_;
+}
+
+int32_t Tokenizer::find_atomic_newline() const {
+  if (json_) return -1;
+  const int32_t nl = piece_to_id("<0x0A>");
+  if (nl < 0 || !is_byte(nl)) return -1;
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    if (processor_->IdToPiece(id).find('\n') != std::string::npos) return -1;
+  }
+  // Whole-text encoding against line-at-a-time encoding, on text with the whitespace that a
+  // normalizer could trim, fold or move across a break.
+  for (const std::string probe : {"a\nb", "x  y \n  z\n\nw \n", " lead\ttab \n\n trail  ",
+                                  "\u201cQuoted,\u201d she said.\nUser said, \u201cok\u201d\n"}) {
+    std::vector<int32_t> lines;
+    size_t start = 0;
+    for (size_t end; (end = probe.find('\n', start)) != std::string::npos; start = end + 1) {
+      const std::string_view line(probe.data() + start, end - start);
+      const std::vector<int32_t> part = start == 0 ? encode(line) : after_newline(*this, line, nl);
+      lines.insert(lines.end(), part.begin(), part.end());
+      lines.push_back(nl);
+    }
+    const std::vector<int32_t> last =
+        after_newline(*this, std::string_view(probe.data() + start, probe.size() - start), nl);
+    lines.insert(lines.end(), last.begin(), last.end());
+    if (lines != encode(probe)) return -1;
+  }
+  return nl;
 }
 
 std::string Tokenizer::id_to_piece(int32_t id) const {

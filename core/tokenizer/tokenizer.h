@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,13 +57,27 @@ class Tokenizer {
   // a byte-level token's bytes (possibly part of a character), nothing for a control token.
   std::string token_bytes(int32_t id) const;
 
+  // The id that a line break always becomes, whatever surrounds it, or -1 when that does not
+  // hold: SentencePiece with no piece containing a newline (BPE cannot merge across it) and
+  // byte fallback, checked on probe strings (a normalizer that trims or folds whitespace fails
+  // them). Then the tokens of "a\nb" are those of "a", this id and those of "b" read after a
+  // newline, so text can be encoded a line at a time (ChatTemplate's memo). Computed once.
+  int32_t atomic_newline_id() const;
+  // The ids of `line` read right after a line break (no dummy prefix; the line has no newline).
+  // Meaningful only when atomic_newline_id() >= 0.
+  std::vector<int32_t> encode_after_newline(std::string_view line) const;
+
   const std::filesystem::path& model_file() const { return model_file_; }
 
  private:
   explicit Tokenizer(std::filesystem::path model_file);
   void check_id(int32_t id) const;
 
+  int32_t find_atomic_newline() const;
+
   std::filesystem::path model_file_;
+  mutable std::once_flag newline_once_;
+  mutable int32_t newline_id_ = -1;
   // Exactly one is set.
   std::unique_ptr<SentencePieceBackend> processor_;
   std::unique_ptr<JsonTokenizer> json_;
