@@ -1,10 +1,10 @@
 #include "gpu/decode_linear.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "gpu/env_flag.h"
 #include "gpu/rms_norm.h"
 #include "gpu/silu_mul.h"
 
@@ -32,20 +32,11 @@ bool operand_fits(const at::Tensor& t, at::ScalarType type, int64_t numel) {
 bool decode_linear_kernel_fits(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                                const DecodeLinearFusion& fusion) {
 #ifdef ENGRAM_WITH_CUDA
-  // ENGRAM_CUBLAS_DECODE=1: cuBLAS for every row, the kernel's peer in the same benchmark run.
-  static const bool cublas_only = [] {
-    const char* v = std::getenv("ENGRAM_CUBLAS_DECODE");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  if (cublas_only) return false;
+  // ENGRAM_CUBLAS_DECODE=1: cuBLAS for every row, the kernel's peer in the same benchmark run;
   // ENGRAM_UNFUSED_DECODE=1: the folded steps as their own kernels (the fusion's peer).
-  static const bool unfused = [] {
-    const char* v = std::getenv("ENGRAM_UNFUSED_DECODE");
-    return v != nullptr && std::string(v) == "1";
-  }();
-  if (unfused &&
-      (fusion.norm_weight.defined() || fusion.glu_inter > 0 || fusion.residual.defined()))
-    return false;
+  static const bool cublas_only = env_flag("ENGRAM_CUBLAS_DECODE");
+  static const bool unfused = env_flag("ENGRAM_UNFUSED_DECODE");
+  if (cublas_only || (unfused && fusion.folds())) return false;
   if (!x.is_cuda() || !w.is_cuda() || w.dim() != 2 || x.dim() < 1) return false;
   const at::ScalarType t = x.scalar_type();
   if ((t != at::kBFloat16 && t != at::kHalf) || w.scalar_type() != t) return false;
@@ -83,9 +74,7 @@ at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Ten
     return decode_linear_cuda(x.reshape({-1, w.size(1)}), w, bias, fusion).view(shape);
   }
 #endif
-  const bool fused =
-      fusion.norm_weight.defined() || fusion.glu_inter > 0 || fusion.residual.defined();
-  if (!fused) return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+  if (!fusion.folds()) return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
   // The steps one at a time, as the fused kernel's bits are defined.
   const at::Tensor in =
       fusion.norm_weight.defined() ? rms_norm(x, fusion.norm_weight, fusion.norm_eps) : x;

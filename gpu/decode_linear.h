@@ -32,6 +32,8 @@ struct DecodeLinearFusion {
   double norm_eps = 0;
   int64_t glu_inter = 0;  // > 0: W is [gate rows; up rows] (2·glu_inter); y = silu(gate)·up
   at::Tensor residual;    // [..., N'] (N' = the output's features): added to the output
+
+  bool folds() const { return norm_weight.defined() || glu_inter > 0 || residual.defined(); }
 };
 
 at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,

@@ -11,8 +11,7 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
+#include "gpu/env_flag.h"
 
 namespace engram::gpu {
 
@@ -36,10 +35,7 @@ __device__ inline void prefetch_l2(const void* p) {
 // Whether launches ask for the overlap: off with ENGRAM_NO_PDL=1, and off for the rest of the
 // process once a driver refused the attribute (the kernels are correct either way).
 inline bool& dependent_launch_enabled() {
-  static bool on = [] {
-    const char* v = std::getenv("ENGRAM_NO_PDL");
-    return v == nullptr || std::strcmp(v, "1") != 0;
-  }();
+  static bool on = !env_flag("ENGRAM_NO_PDL");
   return on;
 }
 

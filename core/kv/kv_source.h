@@ -6,9 +6,8 @@
 
 #include <ATen/ATen.h>
 
-#include <optional>
-
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace engram {

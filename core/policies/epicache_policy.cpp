@@ -101,14 +101,22 @@ void EpiCachePolicy::on_layer(const LayerView& view) {
   scores_[view.layer] = s.contiguous();  // stays where attention ran: shrink() ranks there
 }
 
+namespace {
+
+// Slots no patch scored rank by recency above every probability (which is at most 1): f32
+// [tokens] on `device`.
+at::Tensor recency_ranks(int64_t tokens, at::Device device) {
+  return 2.0 + at::arange(tokens, at::TensorOptions().dtype(at::kFloat).device(device)) /
+                   static_cast<double>(std::max<int64_t>(tokens, 1));
+}
+
+}  // namespace
+
 at::Tensor EpiCachePolicy::scores_for(int64_t layer, int64_t kv_heads, int64_t tokens) const {
   const bool scored_layer =
       layer < static_cast<int64_t>(scores_.size()) && scores_[layer].defined();
   const at::Device device = scored_layer ? scores_[layer].device() : at::Device(at::kCPU);
-  // Slots no patch scored rank by recency above every probability (which is at most 1).
-  at::Tensor s = 2.0 + at::arange(tokens, at::TensorOptions().dtype(at::kFloat).device(device)) /
-                           static_cast<double>(std::max<int64_t>(tokens, 1));
-  s = s.unsqueeze(0).expand({kv_heads, tokens}).clone();
+  at::Tensor s = recency_ranks(tokens, device).unsqueeze(0).expand({kv_heads, tokens}).clone();
   if (scored_layer) {
     const int64_t scored = std::min(tokens, scores_[layer].size(1));
     s.narrow(1, 0, scored).copy_(scores_[layer].narrow(1, 0, scored));
@@ -163,11 +171,9 @@ at::Tensor EpiCachePolicy::all_layer_scores(int64_t layers, int64_t kv_heads,
         s.size(0) != kv_heads || s.size(1) > tokens)
       return {};
   }
-  // As scores_for, every layer at once: unscored slots rank by recency above every probability.
-  const at::TensorOptions f32 = at::TensorOptions().dtype(at::kFloat).device(scores_[0].device());
-  at::Tensor s = (2.0 + at::arange(tokens, f32) / static_cast<double>(std::max<int64_t>(tokens, 1)))
-                     .view({1, 1, tokens})
-                     .repeat({layers, kv_heads, 1});
+  // As scores_for, every layer at once.
+  at::Tensor s =
+      recency_ranks(tokens, scores_[0].device()).view({1, 1, tokens}).repeat({layers, kv_heads, 1});
   s.narrow(2, 0, scores_[0].size(1)).copy_(at::stack(scores_));
   if (options_.per_head == 0) s = std::get<0>(s.max(1, true)).expand({layers, kv_heads, tokens});
   return s.contiguous();

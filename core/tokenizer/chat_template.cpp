@@ -357,12 +357,14 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
   // lines is looked up a line at a time instead (the engram template's history is one run that
   // grows every turn: whole, it was re-tokenized every turn, 25 ms a turn at 10K tokens and 69 ms
   // at 30K on a 2-core CPU). Line keys start with a NUL byte, which no text has.
-  const auto cached = [&](std::string key, const auto& encode) -> const std::vector<int32_t>& {
+  const auto cached = [&](const std::string& key,
+                          const auto& encode) -> const std::vector<int32_t>& {
     auto it = memo.find(key);
-    if (it == memo.end()) it = memo.emplace(std::move(key), encode()).first;
+    if (it == memo.end()) it = memo.emplace(key, encode()).first;
     return it->second;
   };
   const int32_t newline = tokenizer.atomic_newline_id();
+  std::string line_key;
   auto flush = [&] {
     if (text.empty()) return;
     const size_t first_break = text.find('\n');
@@ -372,19 +374,20 @@ std::vector<int32_t> ChatTemplate::encode(const Tokenizer& tokenizer,
       text.clear();
       return;
     }
-    size_t start = 0;
-    for (size_t end = first_break;; start = end + 1) {
-      end = text.find('\n', start);
+    for (size_t start = 0;;) {
+      const size_t end = text.find('\n', start);
       const std::string_view line(text.data() + start,
                                   (end == std::string::npos ? text.size() : end) - start);
-      const std::vector<int32_t>& part =
-          start == 0 ? cached(std::string(1, '\0') + 'F' + std::string(line),
-                              [&] { return tokenizer.encode(line); })
-                     : cached(std::string(1, '\0') + 'R' + std::string(line),
-                              [&] { return tokenizer.encode_after_newline(line); });
+      line_key.assign(1, '\0');
+      line_key += start == 0 ? 'F' : 'R';
+      line_key += line;
+      const std::vector<int32_t>& part = cached(line_key, [&] {
+        return start == 0 ? tokenizer.encode(line) : tokenizer.encode_after_newline(line);
+      });
       ids.insert(ids.end(), part.begin(), part.end());
       if (end == std::string::npos) break;
       ids.push_back(newline);
+      start = end + 1;
     }
     text.clear();
   };

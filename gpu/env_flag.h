@@ -1,0 +1,15 @@
+// Benchmark switches read from the environment once: a flag is on when set to exactly "1"
+// (ENGRAM_CUBLAS_DECODE, ENGRAM_UNFUSED_DECODE, ENGRAM_NO_PDL: a peer measured by the same build).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace engram::gpu {
+
+inline bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+}  // namespace engram::gpu
