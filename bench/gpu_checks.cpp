@@ -1071,6 +1071,7 @@ nlohmann::json check_decode_attention(bool& ok) {
     int64_t d, g, slots;
     int64_t window;
     bool valid;
+    int64_t hkv = 2;  // 8 with long caches: many tiles per block, the copies pipelined
   };
   std::vector<Case> cases;
   for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
@@ -1084,9 +1085,13 @@ nlohmann::json check_decode_attention(bool& ok) {
   cases.push_back({at::kBFloat16, 128, 3, 1, 0, false});
   cases.push_back({at::kBFloat16, 128, 3, 256, 0, false});
   cases.push_back({at::kBFloat16, 96, 3, 300, 0, false});  // not the kernel's: the reference
+  cases.push_back({at::kBFloat16, 128, 3, 40000, 0, false, 8});
+  cases.push_back({at::kBFloat16, 128, 4, 30000, 1000, true, 8});
+  cases.push_back({at::kHalf, 64, 8, 20000, 0, true, 8});
+  cases.push_back({at::kFloat, 128, 3, 20000, 0, false, 8});
   for (const Case& c : cases) {
     at::manual_seed(c.d * 131 + c.g * 7 + c.slots);
-    const int64_t rows = 2, hkv = 2, hq = hkv * c.g;
+    const int64_t rows = 2, hkv = c.hkv, hq = hkv * c.g;
     const auto on = at::TensorOptions().device(cuda);
     const at::Tensor q = at::randn({rows, hq, c.d}, on).to(c.dtype);
     at::Tensor keys = at::randn({rows, hkv, c.slots, c.d}, on).to(c.dtype);
@@ -1111,12 +1116,14 @@ nlohmann::json check_decode_attention(bool& ok) {
     const double tol = c.dtype == at::kFloat ? 1e-4 : 2e-2;
     const bool pass = err <= tol && std::isfinite(err);
     ok = ok && pass;
-    std::fprintf(stderr, "%s decode_attention %s d=%ld g=%ld slots=%ld window=%ld valid=%d: %.3g\n",
-                 pass ? "PASS" : "FAIL", c10::toString(c.dtype), long(c.d), long(c.g),
+    std::fprintf(stderr,
+                 "%s decode_attention %s d=%ld g=%ld hkv=%ld slots=%ld window=%ld valid=%d: %.3g\n",
+                 pass ? "PASS" : "FAIL", c10::toString(c.dtype), long(c.d), long(c.g), long(c.hkv),
                  long(c.slots), long(c.window), int(c.valid), err);
     rows_out.push_back({{"dtype", c10::toString(c.dtype)},
                         {"head_dim", c.d},
                         {"group", c.g},
+                        {"kv_heads", c.hkv},
                         {"slots", c.slots},
                         {"window", c.window},
                         {"valid", c.valid},
@@ -1399,6 +1406,10 @@ int main(int argc, char** argv) {
     out["decode_linear"] = check_decode_linear(ok);
     out["decode_linear_fused"] = check_decode_linear_fused(ok);
     out["softmax_column_max"] = check_softmax_column_max(ok);
+    return finish();
+  }
+  if (only == "decode_attention") {
+    out["decode_attention"] = check_decode_attention(ok);
     return finish();
   }
   if (only == "attention_runs") {

@@ -70,16 +70,19 @@ __device__ inline void async_wait() {
 template <typename T, int D, int G>
 constexpr size_t partial_smem_bytes() {
   constexpr int C = chunk_slots<T, D>();
-  return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + C;
+  return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + 2 * C;
 }
 
 // One block per (split, row · KV head); split s takes tiles s, s + splits, s + 2·splits, ... of
 // the row's slots up to its newest (interleaved: the capacity past them costs no block its
 // share). A tile's keys and values are copied into shared memory asynchronously (cp.async:
-// every byte in flight at once, none held in registers); the scores wait for the keys only, the
-// values arrive meanwhile. A key row of d values is read by LPK lanes, 16 bytes each; a warp
-// takes KPW keys at a time. The block keeps an online softmax over its tiles (running max and
-// sum per query, the weighted values rescaled when the max grows), as flash-decoding does.
+// every byte in flight at once, none held in registers), and the next tile's copies are issued
+// as soon as this one's buffer is read: its keys once the scores are written, its values once
+// the weighted sum is done, so a block always has a copy in flight behind its arithmetic (no
+// second buffer: four blocks still fit an SM). A key row of d values is read by LPK lanes, 16
+// bytes each; a warp takes KPW keys at a time. The block keeps an online softmax over its tiles
+// (running max and sum per query, the weighted values rescaled when the max grows), as
+// flash-decoding does.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
@@ -96,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   float* s_m = s_p + G * C;                                      // running max per query
   float* s_l = s_m + G;                                          // running sum
   float* s_scale = s_l + G;                                      // this tile's rescale
-  bool* s_seen = reinterpret_cast<bool*>(s_scale + G);           // [C]
+  bool* s_seen_buf = reinterpret_cast<bool*>(s_scale + G);       // [2][C]: this tile, the next
   float* s_red = reinterpret_cast<float*>(smem);  // [kWarps][G][D], over the read tiles
   allow_dependents();  // the combine may be scheduled now; it waits for these partials
 
@@ -107,11 +110,43 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   const int64_t pos = p.positions[row];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % LPK, kg = warp * KPW + lane / LPK;
+  const int64_t stride = static_cast<int64_t>(p.splits) * C;
+  const T* k_head = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head;
+  const T* v_head = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head;
+  const auto tile_slots = [&](int64_t start) {
+    return end - start < C ? static_cast<int>(end - start) : C;
+  };
+  const auto copy_tile = [&](T* tile, const T* base, int64_t start) {
+    const int n = tile_slots(start);
+    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
+      copy16_async(tile + i * VEC, base + start * D + i * VEC);
+  };
+  // Which of a tile's slots this head sees, into one of the two flag buffers.
+  const auto mark_seen = [&](bool* seen_out, int64_t start) {
+    const int n = tile_slots(start);
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+      bool seen = true;
+      if (p.key_positions) {
+        const int64_t kp = p.key_positions[row * p.kp_row + start + j];
+        seen = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
+      }
+      if (p.key_valid)
+        seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
+      seen_out[j] = seen;
+    }
+  };
   if (threadIdx.x < G) {
     s_m[threadIdx.x] = -INFINITY;
     s_l[threadIdx.x] = 0.f;
     s_scale[threadIdx.x] = 0.f;
   }
+  // The first tile's copies go out before anything else (two groups: keys, then values).
+  int64_t start = static_cast<int64_t>(split) * C;
+  if (start < end) copy_tile(k_tile, k_head, start);
+  async_commit();
+  if (start < end) copy_tile(v_tile, v_head, start);
+  async_commit();
+  if (start < end) mark_seen(s_seen_buf, start);
   float qr[G][VEC];
   const T* qp =
       static_cast<const T*>(p.q) + row * p.q_row + static_cast<int64_t>(head) * g * p.q_head;
@@ -134,30 +169,12 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 #pragma unroll
     for (int e = 0; e < VEC; ++e)
       acc[qi][e] = 0.f;
-  __syncthreads();
 
-  for (int64_t start = static_cast<int64_t>(split) * C; start < end;
-       start += static_cast<int64_t>(p.splits) * C) {
-    const int n = end - start < C ? static_cast<int>(end - start) : C;
-    const T* kbase = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head + start * D;
-    const T* vbase = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head + start * D;
-    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
-      copy16_async(k_tile + i * VEC, kbase + i * VEC);
-    async_commit();
-    for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
-      copy16_async(v_tile + i * VEC, vbase + i * VEC);
-    async_commit();
-    // While the tile arrives: which of its slots this head sees.
-    for (int j = threadIdx.x; j < n; j += kThreads) {
-      bool seen = true;
-      if (p.key_positions) {
-        const int64_t kp = p.key_positions[row * p.kp_row + start + j];
-        seen = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
-      }
-      if (p.key_valid)
-        seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
-      s_seen[j] = seen;
-    }
+  for (int parity = 0; start < end; start += stride, parity ^= 1) {
+    const int n = tile_slots(start);
+    const int64_t next = start + stride;
+    const bool* s_seen = s_seen_buf + parity * C;
+    // Groups in flight here: this tile's keys, then its values.
     async_wait<1>();  // the keys
     __syncthreads();
 
@@ -201,7 +218,9 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         }
       }
     }
-    __syncthreads();
+    __syncthreads();  // the key tile is read: the next tile's keys may land in it
+    if (next < end) copy_tile(k_tile, k_head, next);
+    async_commit();
 
     for (int qi = warp; qi < g; qi += kWarps) {
       float m = -INFINITY;
@@ -228,7 +247,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         s_m[qi] = m_new;
       }
     }
-    async_wait<0>();  // the values
+    // In flight: this tile's values, then the next tile's keys.
+    async_wait<1>();  // the values
     __syncthreads();
 
 #pragma unroll
@@ -253,8 +273,15 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         for (int e = 0; e < VEC; ++e)
           acc[qi][e] = fmaf(w[qi], vv[e], acc[qi][e]);
     }
-    __syncthreads();  // the next tile overwrites the tiles and the scores
+    __syncthreads();  // the value tile, the scores and these flags are read
+    if (next < end) {
+      copy_tile(v_tile, v_head, next);
+      mark_seen(s_seen_buf + (parity ^ 1) * C, next);
+    }
+    async_commit();
   }
+  async_wait<0>();  // nothing may land in the tiles once they hold the reduction
+  __syncthreads();
 
   // Lanes holding the same slice of d differ by multiples of LPK: sum them, then over warps.
 #pragma unroll
@@ -288,63 +315,80 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   }
 }
 
-// One block per (row · KV head, query head of its group): the tiles' partial softmaxes
-// rescaled to the largest max; the warps split the tiles, each lane D / 32 elements of d.
+// One block per (row · KV head, query head of its group): the splits' partial softmaxes rescaled
+// to the largest max. Every load is independent of the others, so they are all in flight at once
+// (the partials sit in L2): first each split's (max, sum) by one thread, then each warp a share
+// of the splits' weighted values, a lane four elements of d at a time, summed across warps.
+constexpr int kCombineThreads = 256;
+constexpr int kCombineWarps = kCombineThreads / 32;
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads) decode_combine_kernel(Params p) {
-  constexpr int PER_LANE = D / 32;
-  __shared__ float s_max[kWarps];
-  __shared__ float s_lw[kWarps];
-  __shared__ float s_acc[kWarps][D];
-  allow_dependents();   // the next projection's weights may start streaming
-  wait_for_previous();  // launched dependent on the partials (gpu/dependent_launch.cuh)
+__global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(Params p) {
+  constexpr int PER_LANE = D / 32;  // 2, 4 or 8 contiguous elements
+  __shared__ float s_red[kCombineWarps];
+  __shared__ float s_acc[kCombineWarps][D];
+  extern __shared__ float s_w[];  // [splits]: each split's weight exp(m_s - m)
+  allow_dependents();             // the next projection's weights may start streaming
+  wait_for_previous();            // launched dependent on the partials (gpu/dependent_launch.cuh)
   const int g = p.g, rh = blockIdx.x / g, qi = blockIdx.x % g;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * g * 2;
   const float* acc = p.part_acc + static_cast<int64_t>(rh) * p.splits * g * D;
+  const auto block_reduce = [&](float v, bool is_max) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, off);
+      v = is_max ? fmaxf(v, o) : v + o;
+    }
+    if (lane == 0) s_red[warp] = v;
+    __syncthreads();
+    float r = s_red[0];
+#pragma unroll
+    for (int w = 1; w < kCombineWarps; ++w)
+      r = is_max ? fmaxf(r, s_red[w]) : r + s_red[w];
+    __syncthreads();  // s_red is free again
+    return r;
+  };
   float m = -INFINITY;
-  for (int s = threadIdx.x; s < p.splits; s += kThreads)
+  for (int s = threadIdx.x; s < p.splits; s += kCombineThreads)
     m = fmaxf(m, ml[(s * g + qi) * 2]);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2)
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (lane == 0) s_max[warp] = m;
-  __syncthreads();
-  m = s_max[0];
-#pragma unroll
-  for (int w = 1; w < kWarps; ++w)
-    m = fmaxf(m, s_max[w]);
+  m = block_reduce(m, true);
+  // A split that saw no key has max -inf and sum 0: weight 0 (and so does every split when the
+  // row saw nothing: m = -inf).
+  float l = 0.f;
+  for (int s = threadIdx.x; s < p.splits; s += kCombineThreads) {
+    const float ls = ml[(s * g + qi) * 2 + 1];
+    const float w = m == -INFINITY || !(ls > 0.f) ? 0.f : expf(ml[(s * g + qi) * 2] - m);
+    s_w[s] = w;
+    l = fmaf(w, ls, l);
+  }
+  const float total = block_reduce(l, false);  // its barrier also publishes s_w
   float a[PER_LANE];
 #pragma unroll
   for (int e = 0; e < PER_LANE; ++e)
     a[e] = 0.f;
-  float l = 0.f;
-  if (m != -INFINITY) {
-    for (int s = warp; s < p.splits; s += kWarps) {
-      const float ls = ml[(s * g + qi) * 2 + 1];
-      if (ls > 0.f) {
-        const float w = expf(ml[(s * g + qi) * 2] - m);
-        l = fmaf(w, ls, l);
-        const float* src = acc + (static_cast<int64_t>(s) * g + qi) * D + lane * PER_LANE;
+#pragma unroll 4
+  for (int s = warp; s < p.splits; s += kCombineWarps) {
+    const float w = s_w[s];
+    const float* src = acc + (static_cast<int64_t>(s) * g + qi) * D + lane * PER_LANE;
+    float v[PER_LANE];
 #pragma unroll
-        for (int e = 0; e < PER_LANE; ++e)
-          a[e] = fmaf(w, src[e], a[e]);
-      }
+    for (int e = 0; e < PER_LANE; e += 2) {
+      const float2 x = *reinterpret_cast<const float2*>(src + e);
+      v[e] = x.x;
+      v[e + 1] = x.y;
     }
+#pragma unroll
+    for (int e = 0; e < PER_LANE; ++e)
+      a[e] = fmaf(w, v[e], a[e]);
   }
 #pragma unroll
   for (int e = 0; e < PER_LANE; ++e)
     s_acc[warp][lane * PER_LANE + e] = a[e];
-  if (lane == 0) s_lw[warp] = l;
   __syncthreads();
-  float total = 0.f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w)
-    total += s_lw[w];
-  for (int d = threadIdx.x; d < D; d += kThreads) {
+  for (int d = threadIdx.x; d < D; d += kCombineThreads) {
     float sum = 0.f;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w)
+    for (int w = 0; w < kCombineWarps; ++w)
       sum += s_acc[w][d];
     static_cast<T*>(p.out)[(static_cast<int64_t>(rh) * g + qi) * D + d] =
         from_f<T>(total > 0.f ? sum / total : 0.f);
@@ -354,11 +398,15 @@ __global__ void __launch_bounds__(kThreads) decode_combine_kernel(Params p) {
 template <typename T, int D, int G>
 void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   constexpr int C = chunk_slots<T, D>();
-  // About four blocks per SM over all rows and heads, at most one per tile.
+  // About four blocks per SM over all rows and heads, at most one per tile, and as few as give
+  // no block more tiles than that: the slowest block sets the time, every split costs the
+  // combine a read.
   const int64_t tiles = (p.slots + C - 1) / C;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t want = (4 * sms + rows * p.hkv - 1) / (rows * p.hkv);
-  p.splits = static_cast<int>(std::max<int64_t>(1, std::min(tiles, want)));
+  const int64_t want =
+      std::max<int64_t>(1, std::min(tiles, (4 * sms + rows * p.hkv - 1) / (rows * p.hkv)));
+  const int64_t per_split = (tiles + want - 1) / want;
+  p.splits = static_cast<int>(std::max<int64_t>(1, (tiles + per_split - 1) / per_split));
   // Freed at return: the caching allocator hands the blocks out again only to work queued after
   // these kernels on this stream (in a capture, the graph's pool keeps them).
   at::Tensor part_acc = at::empty({rows * p.hkv, p.splits, p.g, D}, f32);
@@ -370,8 +418,8 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
                                    partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
-                                  dim3(static_cast<unsigned>(rows * p.hkv * p.g)), dim3(kThreads),
-                                  0, stream, p));
+                                  dim3(static_cast<unsigned>(rows * p.hkv * p.g)),
+                                  dim3(kCombineThreads), p.splits * sizeof(float), stream, p));
 }
 
 template <typename T, int D>
