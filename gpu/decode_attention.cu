@@ -92,6 +92,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int C = chunk_slots<T, D>();
   constexpr int PIECES = D / VEC;  // 16-byte pieces per slot
   static_assert(kWarps * G * D * sizeof(float) <= 2 * kTileBytes, "s_red fits over the tiles");
+  static_assert(C <= kThreads, "a tile's slot flags are one per thread");
   extern __shared__ __align__(16) unsigned char smem[];
   T* k_tile = reinterpret_cast<T*>(smem);
   T* v_tile = reinterpret_cast<T*>(smem + kTileBytes);
@@ -121,19 +122,24 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     for (int i = threadIdx.x; i < n * PIECES; i += kThreads)
       copy16_async(tile + i * VEC, base + start * D + i * VEC);
   };
-  // Which of a tile's slots this head sees, into one of the two flag buffers.
-  const auto mark_seen = [&](bool* seen_out, int64_t start) {
-    const int n = tile_slots(start);
-    for (int j = threadIdx.x; j < n; j += kThreads) {
-      bool seen = true;
-      if (p.key_positions) {
-        const int64_t kp = p.key_positions[row * p.kp_row + start + j];
-        seen = kp >= 0 && kp <= pos && (p.window <= 0 || kp > pos - p.window);
-      }
-      if (p.key_valid)
-        seen = seen && p.key_valid[row * p.valid_row + head * p.valid_head + start + j];
-      seen_out[j] = seen;
-    }
+  // This thread's slot of a tile (a tile has at most kThreads slots: one flag per thread): its
+  // key position and valid flag are loaded well before the flag is needed, so the loads' latency
+  // hides behind the tile in hand (the comparison waits for them: it comes last).
+  struct SlotFlags {
+    int64_t position = 0;
+    bool valid = true;
+  };
+  const auto load_flags = [&](int64_t start) {
+    const int64_t j = start + threadIdx.x;
+    SlotFlags f;
+    if (p.key_positions) f.position = p.key_positions[row * p.kp_row + j];
+    if (p.key_valid) f.valid = p.key_valid[row * p.valid_row + head * p.valid_head + j];
+    return f;
+  };
+  const auto seen_of = [&](const SlotFlags& f) {
+    const bool in_view = !p.key_positions || (f.position >= 0 && f.position <= pos &&
+                                              (p.window <= 0 || f.position > pos - p.window));
+    return in_view && f.valid;
   };
   if (threadIdx.x < G) {
     s_m[threadIdx.x] = -INFINITY;
@@ -146,7 +152,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   async_commit();
   if (start < end) copy_tile(v_tile, v_head, start);
   async_commit();
-  if (start < end) mark_seen(s_seen_buf, start);
+  if (start < end && threadIdx.x < tile_slots(start))
+    s_seen_buf[threadIdx.x] = seen_of(load_flags(start));
   float qr[G][VEC];
   const T* qp =
       static_cast<const T*>(p.q) + row * p.q_row + static_cast<int64_t>(head) * g * p.q_head;
@@ -221,6 +228,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     __syncthreads();  // the key tile is read: the next tile's keys may land in it
     if (next < end) copy_tile(k_tile, k_head, next);
     async_commit();
+    const bool next_mine = next < end && threadIdx.x < tile_slots(next);
+    const SlotFlags next_flags = next_mine ? load_flags(next) : SlotFlags{};
 
     for (int qi = warp; qi < g; qi += kWarps) {
       float m = -INFINITY;
@@ -274,11 +283,9 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
           acc[qi][e] = fmaf(w[qi], vv[e], acc[qi][e]);
     }
     __syncthreads();  // the value tile, the scores and these flags are read
-    if (next < end) {
-      copy_tile(v_tile, v_head, next);
-      mark_seen(s_seen_buf + (parity ^ 1) * C, next);
-    }
+    if (next < end) copy_tile(v_tile, v_head, next);
     async_commit();
+    if (next_mine) s_seen_buf[(parity ^ 1) * C + threadIdx.x] = seen_of(next_flags);
   }
   async_wait<0>();  // nothing may land in the tiles once they hold the reduction
   __syncthreads();
