@@ -1,5 +1,4 @@
 #include "gpu/decode_attention.h"
-#include "gpu/env_flag.h"
 
 #include <cstdint>
 #include <limits>
@@ -88,14 +87,6 @@ bool decode_attention_kernel_fits(const at::Tensor& q, const at::Tensor& keys,
   return true;
 }
 
-#ifdef ENGRAM_WITH_CUDA
-at::Tensor decode_attention_cuda_previous(const at::Tensor& q, const at::Tensor& keys,
-                                          const at::Tensor& values, const at::Tensor& key_positions,
-                                          const at::Tensor& key_valid, const at::Tensor& positions,
-                                          const at::Tensor& last_slots, int64_t window,
-                                          double scale);
-#endif
-
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                             const at::Tensor& key_positions, const at::Tensor& key_valid,
                             const at::Tensor& positions, const at::Tensor& last_slots,
@@ -104,10 +95,6 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& keys, const a
 #ifdef ENGRAM_WITH_CUDA
   if (positions.is_cuda() && last_slots.is_cuda() &&
       decode_attention_kernel_fits(q, keys, values, key_positions, key_valid)) {
-    static const bool previous = env_flag("ENGRAM_PREVIOUS_DECODE_ATTENTION");  // TEMPORARY peer
-    if (previous)
-      return decode_attention_cuda_previous(q, keys, values, key_positions, key_valid, positions,
-                                            last_slots, window, scale);
     return decode_attention_cuda(q, keys, values, key_positions, key_valid, positions, last_slots,
                                  window, scale);
   }

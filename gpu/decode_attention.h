@@ -1,7 +1,8 @@
 // Attention of one new token per sequence row over a KV cache's slots (the decode step), split
 // over the slots (flash-decoding): about four blocks per SM walk interleaved tiles of 16 KiB of
-// keys (64 slots at bf16, d = 128) with an online softmax and each write a partial (max, sum,
-// weighted values); a second kernel combines them. Slots past a row's newest one are not read,
+// keys (64 slots at bf16, d = 128) with an online softmax, each issuing the next tile's copies
+// while it computes on this one, and each write a partial (max, sum, weighted values); a second
+// kernel combines them. Slots past a row's newest one are not read,
 // so a cache recorded with room to grow (a CUDA graph's capacity) costs only what it holds; the
 // torch path (baddbmm, softmax, bmm) read every slot of the capacity at ~1.1-1.6 TB/s on an H100.
 //
