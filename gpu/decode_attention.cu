@@ -8,6 +8,7 @@
 
 #include "gpu/decode_attention.h"
 #include "gpu/dependent_launch.cuh"
+#include "gpu/env_flag.h"
 #include "gpu/float_convert.cuh"
 
 namespace engram::gpu {
@@ -322,6 +323,254 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   }
 }
 
+// The same partial, with the warps independent (TEMPORARY A/B against the block-wide tile above:
+// ENGRAM_DECODE_BLOCK_TILES=1 runs that one). Warp w owns slots [w·S, (w+1)·S) of every tile
+// (S = C / 4): it copies its rows, scores them, keeps its own online softmax and weights its own
+// values, with warp barriers only; the four warps' (max, sum, weighted values) merge once at the
+// end. The block-wide tile had four block barriers a tile and a softmax done by three warps.
+template <typename T, int D, int G>
+constexpr size_t warps_smem_bytes() {
+  constexpr int C = chunk_slots<T, D>();
+  return 2 * kTileBytes + (G * C + kWarps * G * 2) * sizeof(float);
+}
+
+template <typename T, int D, int G>
+__global__ void __launch_bounds__(kThreads) decode_partial_warps_kernel(Params p) {
+  constexpr int VEC = 16 / sizeof(T);
+  constexpr int LPK = D / VEC;
+  constexpr int KPW = 32 / LPK;
+  constexpr int C = chunk_slots<T, D>();
+  constexpr int S = C / kWarps;
+  constexpr int PIECES = D / VEC;
+  static_assert(S <= 32 && S % KPW == 0, "a warp's slots: at most one per lane, whole passes");
+  static_assert(kWarps * G * D * sizeof(float) <= 2 * kTileBytes, "s_red fits over the tiles");
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  T* my_k = reinterpret_cast<T*>(smem) + warp * S * D;
+  T* my_v = reinterpret_cast<T*>(smem + kTileBytes) + warp * S * D;
+  float* my_p = reinterpret_cast<float*>(smem + 2 * kTileBytes) + warp * G * S;  // [G][S]
+  float* s_ml = reinterpret_cast<float*>(smem + 2 * kTileBytes) + G * C;         // [warps][G][2]
+  float* s_red = reinterpret_cast<float*>(smem);  // [kWarps][G][D], over the read tiles
+  allow_dependents();  // the combine may be scheduled now; it waits for these partials
+
+  const int split = blockIdx.x, rh = blockIdx.y;
+  const int row = rh / p.hkv, head = rh % p.hkv, g = p.g;
+  const int64_t newest = p.last_slots[row];
+  const int64_t end = newest + 1 < p.slots ? newest + 1 : p.slots;
+  const int64_t pos = p.positions[row];
+  const int sub = lane % LPK, half = lane / LPK;
+  const int64_t stride = static_cast<int64_t>(p.splits) * C;
+  const T* k_head = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head;
+  const T* v_head = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head;
+  // This warp's slots of the tile at `start`: [start + warp·S, + n).
+  const auto warp_slots = [&](int64_t start) {
+    const int64_t first = start + warp * S;
+    return first >= end ? 0 : (end - first < S ? static_cast<int>(end - first) : S);
+  };
+  const auto copy_rows = [&](T* buf, const T* base, int64_t start) {
+    const int n = warp_slots(start);
+    const T* src = base + (start + warp * S) * D;
+    for (int i = lane; i < n * PIECES; i += 32)
+      copy16_async(buf + i * VEC, src + i * VEC);
+  };
+  struct SlotFlags {
+    int64_t position = 0;
+    bool valid = true;
+  };
+  const auto load_flags = [&](int64_t slot) {
+    SlotFlags f;
+    if (p.key_positions) f.position = p.key_positions[row * p.kp_row + slot];
+    if (p.key_valid) f.valid = p.key_valid[row * p.valid_row + head * p.valid_head + slot];
+    return f;
+  };
+  const auto seen_of = [&](const SlotFlags& f) {
+    const bool in_view = !p.key_positions || (f.position >= 0 && f.position <= pos &&
+                                              (p.window <= 0 || f.position > pos - p.window));
+    return in_view && f.valid;
+  };
+
+  int64_t start = static_cast<int64_t>(split) * C;
+  if (start < end) copy_rows(my_k, k_head, start);
+  async_commit();
+  if (start < end) copy_rows(my_v, v_head, start);
+  async_commit();
+  SlotFlags flags{};
+  if (start < end && lane < warp_slots(start)) flags = load_flags(start + warp * S + lane);
+  float qr[G][VEC];
+  const T* qp =
+      static_cast<const T*>(p.q) + row * p.q_row + static_cast<int64_t>(head) * g * p.q_head;
+#pragma unroll
+  for (int qi = 0; qi < G; ++qi) {
+    if (qi < g) {
+      load_vec(qp + qi * p.q_head + sub * VEC, qr[qi]);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        qr[qi][e] *= p.scale;
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        qr[qi][e] = 0.f;
+    }
+  }
+  float m_run[G], l_run[G], acc[G][VEC];
+#pragma unroll
+  for (int qi = 0; qi < G; ++qi) {
+    m_run[qi] = -INFINITY;
+    l_run[qi] = 0.f;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e)
+      acc[qi][e] = 0.f;
+  }
+
+  for (; start < end; start += stride) {
+    const int n = warp_slots(start);
+    const int64_t next = start + stride;
+    const unsigned seen_bits = __ballot_sync(0xffffffffu, lane < n && seen_of(flags));
+    // In flight for this warp: its rows' keys, then their values.
+    async_wait<1>();
+    __syncwarp();
+    for (int j0 = 0; j0 < n; j0 += KPW) {  // the bound is the same in every lane
+      const int j = j0 + half;
+      float kk[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        kk[e] = 0.f;
+      if (j < n) load_vec(my_k + j * D + sub * VEC, kk);
+      float sc[G];
+#pragma unroll
+      for (int qi = 0; qi < G; ++qi) {
+        float a0 = 0.f, a1 = 0.f;
+#pragma unroll
+        for (int e = 0; e < VEC; e += 2) {
+          a0 = fmaf(qr[qi][e], kk[e], a0);
+          a1 = fmaf(qr[qi][e + 1], kk[e + 1], a1);
+        }
+        sc[qi] = a0 + a1;
+      }
+#pragma unroll
+      for (int off = LPK / 2; off > 0; off /= 2)
+#pragma unroll
+        for (int qi = 0; qi < G; ++qi)
+          sc[qi] += __shfl_xor_sync(0xffffffffu, sc[qi], off);
+      if (sub == 0 && j < n) {
+        const bool seen = (seen_bits >> j) & 1u;
+#pragma unroll
+        for (int qi = 0; qi < G; ++qi)
+          my_p[qi * S + j] = seen ? sc[qi] : -INFINITY;
+      }
+    }
+    __syncwarp();  // the keys are read: the next tile's may land
+    if (next < end) copy_rows(my_k, k_head, next);
+    async_commit();
+    SlotFlags next_flags{};
+    if (next < end && lane < warp_slots(next)) next_flags = load_flags(next + warp * S + lane);
+
+      // Online softmax over the warp's n slots, a lane a slot.
+#pragma unroll
+    for (int qi = 0; qi < G; ++qi) {
+      if (qi >= g) break;
+      const float sv = lane < n ? my_p[qi * S + lane] : -INFINITY;
+      float mt = sv;
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2)
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+      const float m_new = fmaxf(m_run[qi], mt);
+      const float e = m_new == -INFINITY || lane >= n ? 0.f : expf(sv - m_new);
+      if (lane < n) my_p[qi * S + lane] = e;
+      float lt = e;
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2)
+        lt += __shfl_xor_sync(0xffffffffu, lt, off);
+      const float rescale = m_run[qi] == -INFINITY ? 0.f : expf(m_run[qi] - m_new);
+      l_run[qi] = l_run[qi] * rescale + lt;
+      m_run[qi] = m_new;
+#pragma unroll
+      for (int e2 = 0; e2 < VEC; ++e2)
+        acc[qi][e2] *= rescale;
+    }
+    // In flight: this tile's values, then the next tile's keys.
+    async_wait<1>();
+    __syncwarp();  // the values landed; the weights are visible
+    for (int j0 = 0; j0 < n; j0 += KPW) {
+      const int j = j0 + half;
+      if (j < n && ((seen_bits >> j) & 1u)) {  // an unseen slot adds nothing, whatever it holds
+        float vv[VEC];
+        load_vec(my_v + j * D + sub * VEC, vv);
+#pragma unroll
+        for (int qi = 0; qi < G; ++qi) {
+          if (qi >= g) break;
+          const float w = my_p[qi * S + j];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            acc[qi][e] = fmaf(w, vv[e], acc[qi][e]);
+        }
+      }
+    }
+    __syncwarp();  // the values and weights are read
+    if (next < end) copy_rows(my_v, v_head, next);
+    async_commit();
+    flags = next_flags;
+  }
+  async_wait<0>();  // nothing may land in the tiles once they hold the reduction
+  __syncthreads();
+
+  // Lanes holding the same slice of d differ by multiples of LPK: sum them, then merge the warps.
+#pragma unroll
+  for (int off = LPK; off < 32; off *= 2)
+#pragma unroll
+    for (int qi = 0; qi < G; ++qi)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        acc[qi][e] += __shfl_xor_sync(0xffffffffu, acc[qi][e], off);
+  if (lane < LPK) {
+#pragma unroll
+    for (int qi = 0; qi < G; ++qi)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        s_red[(warp * G + qi) * D + sub * VEC + e] = acc[qi][e];
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int qi = 0; qi < G; ++qi) {
+      s_ml[(warp * G + qi) * 2] = m_run[qi];
+      s_ml[(warp * G + qi) * 2 + 1] = l_run[qi];
+    }
+  }
+  __syncthreads();
+  float* ml = p.part_ml + (static_cast<int64_t>(rh) * p.splits + split) * g * 2;
+  float* acc_out = p.part_acc + (static_cast<int64_t>(rh) * p.splits + split) * g * D;
+  const auto block_max = [&](int qi) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+      m = fmaxf(m, s_ml[(w * G + qi) * 2]);
+    return m;
+  };
+  for (int t = threadIdx.x; t < g * D; t += kThreads) {
+    const int qi = t / D, dd = t % D;
+    const float m = block_max(qi);
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = s_ml[(w * G + qi) * 2];
+      if (mw != -INFINITY) sum += expf(mw - m) * s_red[(w * G + qi) * D + dd];
+    }
+    acc_out[t] = sum;
+  }
+  if (threadIdx.x < g) {
+    const int qi = threadIdx.x;
+    const float m = block_max(qi);
+    float l = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float mw = s_ml[(w * G + qi) * 2];
+      if (mw != -INFINITY) l += expf(mw - m) * s_ml[(w * G + qi) * 2 + 1];
+    }
+    ml[2 * qi] = m;
+    ml[2 * qi + 1] = l;
+  }
+}
+
 // One block per (row · KV head, query head of its group): the splits' partial softmaxes rescaled
 // to the largest max. Every load is independent of the others, so they are all in flight at once
 // (the partials sit in L2): first each split's (max, sum) by one thread, then each warp a share
@@ -421,8 +670,14 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads,
-                                   partial_smem_bytes<T, D, G>(), stream>>>(p);
+  static const bool block_tiles = env_flag("ENGRAM_DECODE_BLOCK_TILES");  // TEMPORARY A/B
+  const dim3 grid(p.splits, static_cast<unsigned>(rows * p.hkv));
+  if (block_tiles) {
+    decode_partial_kernel<T, D, G><<<grid, kThreads, partial_smem_bytes<T, D, G>(), stream>>>(p);
+  } else {
+    decode_partial_warps_kernel<T, D, G>
+        <<<grid, kThreads, warps_smem_bytes<T, D, G>(), stream>>>(p);
+  }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
                                   dim3(static_cast<unsigned>(rows * p.hkv * p.g)),
