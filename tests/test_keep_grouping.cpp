@@ -1,5 +1,6 @@
 // KEEP's static/dynamic memory groups (issue 16, §4.1): a segment is static after exactly t
-// unchanged steps; a change moves it out of its group and rebuilds exactly that group; unchanged
+// unchanged steps; a change moves it out of its group and rebuilds exactly that group (the
+// paper's fixed clusters: the whole cluster splits until t steps later); unchanged
 // steps rebuild nothing; groups are deterministic and capped; retrieval takes whole groups; on
 // the household world a group's unit KV equals one plain prefill of the prefix + its members.
 #include <QtTest>
@@ -163,6 +164,53 @@ class TestKeepGrouping : public QObject {
     w.version["a1"] = 2;
     w.version["a3"] = 2;
     QCOMPARE(unit_with(g.step(w.segments()), "a2")->key, std::string("a2"));
+  }
+
+  // The paper's variant: clusters fixed when segments first appear; a cluster is one unit only
+  // while every member has been unchanged for t steps; a change splits the whole cluster into
+  // segments (each rebuilt alone) until t steps later, when it is one unit again (new version).
+  void fixedClustersAreOneUnitOnlyWhileAllMembersAreStatic() {
+    GroupingOptions o = options(2);
+    o.fixed_clusters = true;
+    MemoryGrouping g(o);
+    World w;
+    // Step 0: clustered at once, nothing static yet: every segment its own unit.
+    const GroupingStep& first = g.step(w.segments());
+    QCOMPARE(first.units.size(), size_t{7});
+    QCOMPARE(first.static_segments, int64_t{0});
+    g.step(w.segments());
+    const GroupingStep& formed = g.step(w.segments());  // step 2: t = 2 steps unchanged
+    const std::set<std::set<std::string>> expected = {{"a1", "a2", "a3"}, {"b1", "b2", "b3"}};
+    QCOMPARE(groups_of(formed), expected);
+    QCOMPARE(formed.units_rebuilt, int64_t{2});
+    const GroupedUnit a = *unit_with(formed, "a1");
+    const GroupedUnit b = *unit_with(formed, "b1");
+    QVERIFY(a.is_static);
+    // a2 changes: the whole a-cluster becomes three dynamic segments; b is untouched.
+    w.version["a2"] = 2;
+    const GroupingStep& split = g.step(w.segments());
+    for (const std::string key : {"a1", "a2", "a3"}) {
+      QCOMPARE(unit_with(split, key)->members, (std::vector<std::string>{key}));
+      QVERIFY(!unit_with(split, key)->is_static);
+    }
+    QCOMPARE(unit_with(split, "b1")->version, b.version);
+    QCOMPARE(split.units_rebuilt, int64_t{3});  // a1, a2, a3 alone (a1 and a3 unchanged, but
+    QCOMPARE(split.tokens_rebuilt, int64_t{11 + 12 + 13});  // their own KV was never held)
+    // One step later nothing changes; at t = 2 steps after the change the cluster is whole again,
+    // with the same members and a new version.
+    QCOMPARE(g.step(w.segments()).units_rebuilt, int64_t{0});
+    const GroupingStep& back = g.step(w.segments());
+    const GroupedUnit* a_back = unit_with(back, "a2");
+    QCOMPARE(a_back->key, a.key);
+    QCOMPARE(a_back->members, (std::vector<std::string>{"a1", "a2", "a3"}));
+    QVERIFY(a_back->version > a.version);
+    QCOMPARE(back.units_rebuilt, int64_t{1});
+    QCOMPARE(back.tokens_rebuilt, int64_t{36});
+    // Unchanged steps rebuild nothing.
+    QCOMPARE(g.step(w.segments()).units_rebuilt, int64_t{0});
+    QCOMPARE(cli::parse_household_grouping("clusters").name(), std::string("clusters"));
+    QVERIFY(cli::parse_household_grouping("clusters").options.fixed_clusters);
+    QVERIFY(!cli::parse_household_grouping("static-dynamic").options.fixed_clusters);
   }
 
   void groupsAreDeterministicAndCapped() {

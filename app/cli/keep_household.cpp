@@ -162,7 +162,7 @@ std::string HouseholdGrouping::name() const {
     case Kind::kSegments:
       return "segments";
     case Kind::kStaticDynamic:
-      return "static-dynamic";
+      return options.fixed_clusters ? "clusters" : "static-dynamic";
     case Kind::kBlocks:
       return "blocks:" + std::to_string(block_tokens);
   }
@@ -175,6 +175,9 @@ HouseholdGrouping parse_household_grouping(const std::string& spec) {
     g.kind = HouseholdGrouping::Kind::kSegments;
   } else if (spec == "static-dynamic") {
     g.kind = HouseholdGrouping::Kind::kStaticDynamic;
+  } else if (spec == "clusters") {
+    g.kind = HouseholdGrouping::Kind::kStaticDynamic;
+    g.options.fixed_clusters = true;
   } else if (spec.rfind("blocks:", 0) == 0) {
     g.kind = HouseholdGrouping::Kind::kBlocks;
     const std::string n = spec.substr(7);
@@ -188,7 +191,7 @@ HouseholdGrouping parse_household_grouping(const std::string& spec) {
       throw std::invalid_argument("grouping '" + spec + "': blocks:N needs a positive N");
   } else {
     throw std::invalid_argument("unknown grouping '" + spec +
-                                "' (known: static-dynamic, segments, blocks:N)");
+                                "' (known: static-dynamic, clusters, segments, blocks:N)");
   }
   return g;
 }

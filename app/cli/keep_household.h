@@ -11,6 +11,9 @@
 //   in the trained order, its members follow in trained order: where a group's members are not
 //   adjacent, the segments between them come after the group (the one reordering the trained
 //   prompt sees; `in_trained_order` says when it happened).
+// - clusters: static-dynamic as the paper states it (GroupingOptions::fixed_clusters): every
+//   segment joins a semantic cluster when it first appears; a cluster is one unit only while all
+//   its members have been unchanged for t steps, otherwise each member is its own unit.
 // - blocks:N (the paper's "w/o static-dynamic" ablation): the retrieved segments' tokens in the
 //   trained order cut into blocks of N tokens; any change in a block rebuilds it.
 //
@@ -55,12 +58,12 @@ struct HouseholdGrouping {
   enum class Kind { kSegments, kStaticDynamic, kBlocks };
   Kind kind = Kind::kStaticDynamic;
   int64_t block_tokens = 0;  // kBlocks
-  GroupingOptions options;   // kStaticDynamic
+  GroupingOptions options;   // kStaticDynamic ("clusters": options.fixed_clusters)
   std::string name() const;  // as parsed
 };
 
-// "segments" | "static-dynamic" | "blocks:N"; anything else throws std::invalid_argument listing
-// what exists.
+// "segments" | "static-dynamic" | "clusters" | "blocks:N"; anything else throws
+// std::invalid_argument listing what exists.
 HouseholdGrouping parse_household_grouping(const std::string& spec);
 
 // A segment's pooled embedding (static-dynamic only).

@@ -122,7 +122,7 @@ void usage() {
       "           [--device D] [--json FILE]\n"
       "  eval keep --model DIR [--episodes N] [--seed S] [--segments 10,20,30,40]\n"
       "           [--methods full-recompute,prefix-cache,full-reuse,cacheblend,keep] [--every K]\n"
-      "           [--grouping static-dynamic|segments|blocks:N] [--static-after T]\n"
+      "           [--grouping static-dynamic|clusters|segments|blocks:N] [--static-after T]\n"
       "           [--group-max N] [--group-threshold C] [--group-no-join]\n"
       "           [--closed-loop] [--trace FILE] [--json FILE]   (selective recomputation vs full\n"
       "           prefill; --trace: KEEP's plans for the importance panel)\n"

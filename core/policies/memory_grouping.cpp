@@ -63,24 +63,47 @@ const GroupingStep& MemoryGrouping::step(const std::vector<GroupingSegment>& seg
     if (st.version != g.version) {
       st.version = g.version;
       st.last_change = s;
-      leave_group(st, g.key);
+      if (options_.fixed_clusters) {
+        if (st.group >= 0) dirty[st.group] = true;  // its cluster's text changed
+      } else {
+        leave_group(st, g.key);
+      }
     }
     st.tokens = g.tokens;
     st.embedding = g.embedding;
   }
 
+  // Who is clustered now: segments turning static, or (fixed clusters) segments seen first.
   std::vector<std::string> candidates;
   for (const GroupingSegment& g : segments) {
     const SegmentState& st = segments_.at(g.key);
-    if (st.group < 0 && s - st.last_change >= options_.static_after) candidates.push_back(g.key);
+    if (st.group < 0 && (options_.fixed_clusters || s - st.last_change >= options_.static_after))
+      candidates.push_back(g.key);
   }
   cluster_new_static(segments, candidates, dirty);
-  for (const auto& [id, changed] : dirty) {
+  for (auto& [id, changed] : dirty) {
     if (!changed) continue;
-    if (groups_.at(id).members.empty())
+    if (groups_.at(id).members.empty()) {
       groups_.erase(id);
-    else
+      changed = false;
+    } else if (!options_.fixed_clusters) {
       ++groups_.at(id).version;
+    }
+  }
+  // Whether a group is one unit this step: always once formed, or (fixed clusters) while every
+  // member has been unchanged for t steps; a cluster becoming one unit again, or changing while
+  // one, gets a new version (its KV is rebuilt).
+  std::map<int64_t, bool> one_unit;
+  for (auto& [id, group] : groups_) {
+    bool whole = true;
+    if (options_.fixed_clusters) {
+      for (const std::string& key : group.members)
+        whole = whole && s - segments_.at(key).last_change >= options_.static_after;
+      const auto d = dirty.find(id);
+      if (whole && (!group.was_static || (d != dirty.end() && d->second))) ++group.version;
+      group.was_static = whole;
+    }
+    one_unit[id] = whole;
   }
 
   GroupingStep out;
@@ -88,9 +111,10 @@ const GroupingStep& MemoryGrouping::step(const std::vector<GroupingSegment>& seg
   std::map<int64_t, size_t> unit_of_group;
   for (const GroupingSegment& g : segments) {
     const SegmentState& st = segments_.at(g.key);
-    out.static_segments += st.group >= 0;
-    if (st.group >= 0 && unit_of_group.count(st.group)) {
-      GroupedUnit& u = out.units[unit_of_group[st.group]];
+    const int64_t group = st.group >= 0 && one_unit.at(st.group) ? st.group : -1;
+    out.static_segments += group >= 0;
+    if (group >= 0 && unit_of_group.count(group)) {
+      GroupedUnit& u = out.units[unit_of_group[group]];
       u.members.push_back(g.key);
       u.tokens += st.tokens;
       continue;
@@ -99,15 +123,15 @@ const GroupingStep& MemoryGrouping::step(const std::vector<GroupingSegment>& seg
     u.key = g.key;
     u.version = st.version;
     u.members = {g.key};
-    u.is_static = st.group >= 0;
+    u.is_static = group >= 0;
     u.tokens = st.tokens;
-    if (st.group >= 0) {
-      const Group& group = groups_.at(st.group);
-      if (group.members.size() > 1) {
-        u.key = "group:" + std::to_string(st.group);
-        u.version = group.version;
+    if (group >= 0) {
+      const Group& whole = groups_.at(group);
+      if (whole.members.size() > 1) {
+        u.key = "group:" + std::to_string(group);
+        u.version = whole.version;
       }
-      unit_of_group[st.group] = out.units.size();
+      unit_of_group[group] = out.units.size();
     }
     out.units.push_back(std::move(u));
   }

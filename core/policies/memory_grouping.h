@@ -39,6 +39,14 @@ struct GroupingOptions {
   // Whether a segment turning static may join an existing group (rebuilding it) or only form new
   // groups with the segments turning static in the same step.
   bool join_existing = true;
+  // The paper's variant (KEEP §4.1 as the authors describe it: "a group is static if all its
+  // segments have stayed unchanged"): every segment joins a semantic cluster when it first
+  // appears and stays in it; a cluster is one unit only while all its members have been unchanged
+  // for t steps, and otherwise each member is a unit of its own. A change splits the whole
+  // cluster into segments (their KV rebuilt), and it is rebuilt as one unit t steps later.
+  // false (Engram's default): only the segments that are static are clustered, and a change
+  // takes just that segment out of its group.
+  bool fixed_clusters = false;
 };
 
 // A unit of the step: a static group (key "group:<id>") or a dynamic segment (its own key). A
@@ -81,6 +89,7 @@ class MemoryGrouping {
   struct Group {
     int64_t version = 1;
     std::vector<std::string> members;
+    bool was_static = false;  // fixed_clusters: one unit at the previous step
   };
 
   void cluster_new_static(const std::vector<GroupingSegment>& segments,
