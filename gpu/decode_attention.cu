@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
 // One block per (row · KV head, query head of its group): the splits' partial softmaxes rescaled
 // to the largest max. Every load is independent of the others, so they are all in flight at once
 // (the partials sit in L2): first each split's (max, sum) by one thread, then each warp a share
-// of the splits' weighted values, a lane four elements of d at a time, summed across warps.
+// of the splits' weighted values, a lane D / 32 contiguous elements of d, summed across warps.
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 template <typename T, int D>
