@@ -10,11 +10,11 @@
 //
 // --grouping (a comma list; default static-dynamic) picks the memory units (keep_household.h):
 // segments (one KV each), static-dynamic (KEEP §4.1 groups), clusters (§4.1 as the paper states
-// it: fixed semantic clusters, one unit while all members are static) or blocks:N. Every step (sampled or
-// not) it counts the invalidation tokens: tokens of the assembled units whose KV is not held
-// (a unit's KV is held from the last time it was assembled, by key and tokens), the prefill work
-// memory updates cause before any recomputation for fidelity. Where static groups move segments
-// out of the trained order it also measures what that costs: a plain prefill of the same
+// it: fixed semantic clusters, one unit while all members are static) or blocks:N. Every step
+// (sampled or not) it counts the invalidation tokens: tokens of the assembled units whose KV is not
+// held (a unit's KV is held from the last time it was assembled, by key and tokens), the prefill
+// work memory updates cause before any recomputation for fidelity. Where static groups move
+// segments out of the trained order it also measures what that costs: a plain prefill of the same
 // segments in the trained order against a plain prefill of the assembled order.
 //
 // --trace FILE writes the keep method's executed plans (first grouping, first segment count, every

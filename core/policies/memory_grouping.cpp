@@ -81,14 +81,12 @@ const GroupingStep& MemoryGrouping::step(const std::vector<GroupingSegment>& seg
       candidates.push_back(g.key);
   }
   cluster_new_static(segments, candidates, dirty);
-  for (auto& [id, changed] : dirty) {
+  for (const auto& [id, changed] : dirty) {
     if (!changed) continue;
-    if (groups_.at(id).members.empty()) {
+    if (groups_.at(id).members.empty())
       groups_.erase(id);
-      changed = false;
-    } else if (!options_.fixed_clusters) {
+    else if (!options_.fixed_clusters)
       ++groups_.at(id).version;
-    }
   }
   // Whether a group is one unit this step: always once formed, or (fixed clusters) while every
   // member has been unchanged for t steps; a cluster becoming one unit again, or changing while
