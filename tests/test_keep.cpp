@@ -274,6 +274,30 @@ class KeepTest : public QObject {
     QCOMPARE(propagate_importance(got, 3).selected, (std::vector<int64_t>{0, 1, 2}));
   }
 
+  void unitsAreScoredByAverageAttentionUnlessMassIsAsked() {
+    // An 8-token unit holding twice a 2-token unit's attention: more mass, half the attention
+    // per token. KEEP §4.2's "average attention" (the default) keeps the short one.
+    const AssembledLayout layout = assemble_layout(1, {8, 2}, 2);
+    LayerEvidence e;
+    e.layer = 0;
+    e.rows = layout.all_unit_rows();
+    for (int64_t q : layout.query_rows())
+      e.rows.push_back(q);
+    e.unit_attention.units = {0, 1};
+    e.unit_attention.from_query = {0.4, 0.2};
+    e.unit_attention.from_unit = {{0.0, 0.0}, {0.3, 0.0}};
+    const auto chosen_unit = [&](const std::string& spec) {
+      std::set<int64_t> units;
+      for (int64_t r : make_recompute_policy(spec)->next_rows(layout, 2, e, nullptr))
+        if (layout.unit_of_row(r) >= 0) units.insert(layout.unit_of_row(r));
+      return std::vector<int64_t>(units.begin(), units.end());
+    };
+    QCOMPARE(chosen_unit("keep:schedule=constant,mean=0.5"), (std::vector<int64_t>{1}));
+    QCOMPARE(chosen_unit("keep:schedule=constant,mean=0.5,score=density"),
+             (std::vector<int64_t>{1}));
+    QCOMPARE(chosen_unit("keep:schedule=constant,mean=0.5,score=mass"), (std::vector<int64_t>{0}));
+  }
+
   void decreasingScheduleAveragesTheRatio() {
     RecomputeRatioSchedule s;  // mean 0.15
     double sum = 0;
@@ -361,7 +385,8 @@ class KeepTest : public QObject {
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_recompute_policy("keep:mean=2"));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_recompute_policy("cacheblend:ratio"));
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, make_recompute_policy("keep:score=sum"));
-    QVERIFY(make_recompute_policy("keep:score=density")->spec().find("score=density") !=
+    QVERIFY(make_recompute_policy("keep")->spec().find("score=density") != std::string::npos);
+    QVERIFY(make_recompute_policy("keep:score=mass")->spec().find("score=mass") !=
             std::string::npos);
   }
 

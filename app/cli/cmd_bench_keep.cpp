@@ -13,7 +13,8 @@
 //   keep            static/dynamic units (runs of unchanged segments one group, each changing
 //                   segment alone); multi-hop importance propagation; layer-balanced loading;
 //   keep-naive / keep-serial (w/o layer-balanced loading), keep-one-hop (w/o multi-hop),
-//   keep-blocks (w/o static/dynamic: the fixed chunks as units); --keep-options (e.g.
+//   keep-blocks (w/o static/dynamic: the fixed chunks as units), keep-mass (units scored by
+//   the attention summed over their tokens instead of its average); --keep-options (e.g.
 //   probe=8) apply to all of them; keep-all-rows is plain `keep` whatever --keep-options say.
 // TTFT = recomputing the invalid units + the prefill to the first token's logits; by default
 // (--invalidation overlapped) the invalid units are recomputed on a side stream beside the
@@ -270,7 +271,7 @@ int run_bench_keep(int argc, char** argv) {
   {
     std::stringstream in(args.str("methods",
                                   "full-recompute,prefix-cache,full-reuse,cacheblend,keep,"
-                                  "keep-naive,keep-serial,keep-one-hop,keep-blocks"));
+                                  "keep-naive,keep-serial,keep-one-hop,keep-blocks,keep-mass"));
     for (std::string m; std::getline(in, m, ',');)
       methods.push_back(m);
   }
@@ -452,6 +453,8 @@ int run_bench_keep(int argc, char** argv) {
           loading = LayerLoading::kSerial;
         } else if (method == "keep-one-hop") {
           spec = keep_spec("iterations=1");
+        } else if (method == "keep-mass") {
+          spec = keep_spec("score=mass");
         } else if (method == "keep-all-rows") {
           spec = "keep";
         } else if (method == "keep-blocks") {

@@ -21,10 +21,12 @@ namespace engram {
 struct KeepRecomputeOptions {
   RecomputeRatioSchedule schedule;
   ImportanceOptions importance;
-  // false (the paper's): a unit's score is the attention mass on it (summed over its tokens).
-  // true (`score=density`, an Engram experiment): the mass divided by the unit's tokens, so long
-  // units (the few-shot examples) do not win by length alone (docs/keep.md, fidelity).
-  bool per_token = false;
+  // true (`score=density`, the default): a unit's score is the average attention between the
+  // query's rows and the unit's tokens (KEEP §4.2: "the average attention scores between the
+  // query and all memories"), so long units (the few-shot examples) do not win by length alone.
+  // false (`score=mass`): the attention summed over the unit's tokens, the Engram default until
+  // 2026-11-27; on engram-tiny it recomputes more and plans worse (docs/keep.md, fidelity).
+  bool per_token = true;
   // `probe=N`: unit attention from each recomputed unit's last N rows and the query's rows
   // (RecomputeNeeds::probe_rows); 0 (default) measures every recomputed row.
   int64_t probe_rows = 0;

@@ -82,7 +82,7 @@ class RecomputePolicy {
 };
 
 // `full-recompute`, `prefix-cache`, `full-reuse`, `cacheblend[:ratio=R]`,
-// `keep[:mean=R,decay=D,schedule=decreasing|constant|code,iterations=N,score=mass|density]`. Throws
+// `keep[:mean=R,decay=D,schedule=decreasing|constant|code,iterations=N,score=density|mass]`. Throws
 // std::invalid_argument naming the policies or keys it knows.
 std::unique_ptr<RecomputePolicy> make_recompute_policy(const std::string& spec);
 // The names, in the order the fidelity evaluation reports them.
