@@ -22,6 +22,7 @@
 #include "core/kv/retrieval_kv_source.h"
 #include "core/policies/louiskv_policy.h"
 #include "core/policies/page_retrieval_policy.h"
+#include "core/policies/policy_registry.h"
 #include "core/runtime/attention.h"
 #include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
@@ -855,6 +856,95 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
   return out;
 }
 
+// offload=1 through generate() on CUDA (the recorded step writes each token's KV of the retrieval
+// layers into page-locked host memory through unified addressing): the same greedy tokens and
+// logits, the same working set (read in place and after restore_layers()), the same next turn,
+// and a decode peak of device memory lower by the moved layers' bytes.
+nlohmann::json check_offloaded_working_set(bool& ok) {
+  LoadedModel m = load_model({"", "qwen2.5-0.5b", 4}, choose_device("cuda", "f32"), {});
+  const Decoder& d = *m.decoder;
+  const ModelConfig& c = d.config();
+  const KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim};
+  std::vector<int64_t> prompt(900), question(40);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = 3 + static_cast<int64_t>(i * 7919) % 30000;
+  for (size_t i = 0; i < question.size(); ++i)
+    question[i] = 5 + static_cast<int64_t>(i * 104729) % 30000;
+  struct Run {
+    std::unique_ptr<MemoryPolicy> policy;
+    std::unique_ptr<KvWorkingSet> ws;
+    std::vector<at::Tensor> logits;
+    GenerationResult first, second;
+  };
+  const auto run = [&](const std::string& spec) {
+    Run r;
+    r.policy = make_policy(spec);
+    r.ws = std::make_unique<KvWorkingSet>(shape, 0, d.dtype(), d.device(), c.max_positions);
+    GenerationOptions options;
+    options.max_new_tokens = 96;
+    options.stop_at_eos = false;
+    options.sampling.temperature = 0;
+    options.on_logits = [&](const at::Tensor& l) { r.logits.push_back(l.cpu()); };
+    r.first = generate(d, *r.policy, *r.ws, {}, prompt, options, {});
+    std::vector<int64_t> history = prompt;
+    history.insert(history.end(), r.first.tokens.begin(), r.first.tokens.end() - 1);
+    options.max_new_tokens = 32;
+    r.second = generate(d, *r.policy, *r.ws, history, question, options, {});
+    return r;
+  };
+  const std::string spec = "louiskv:stride=4,sinks=16,window=32,budget=128,full_layers=1";
+  Run resident = run(spec);
+  Run offloaded = run(spec + ",offload=1");
+  double logit_diff = 0;
+  for (size_t i = 0; i < std::min(resident.logits.size(), offloaded.logits.size()); ++i)
+    logit_diff =
+        std::max(logit_diff, (resident.logits[i] - offloaded.logits[i]).abs().max().item<double>());
+  const auto same_kv = [&] {
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      if (!resident.ws->cache().keys(l).equal(offloaded.ws->cache().keys(l)) ||
+          !resident.ws->cache().values(l).equal(offloaded.ws->cache().values(l)) ||
+          !resident.ws->cache().keys(l).cpu().equal(offloaded.ws->cache().keys(l).cpu()))
+        return false;
+    return true;
+  };
+  const int64_t moved_layers = offloaded.ws->cache().host_layers();
+  const bool kv_in_place = same_kv();
+  offloaded.ws->cache().restore_layers();
+  const bool kv_restored = same_kv();
+  const int64_t capacity = offloaded.ws->cache().capacity();
+  const int64_t moved_bytes = (c.num_layers - 1) * 2 * c.num_kv_heads * capacity * c.head_dim * 4;
+  const int64_t saved =
+      resident.first.decode_peak_device_bytes - offloaded.first.decode_peak_device_bytes;
+  const bool pass = resident.first.tokens == offloaded.first.tokens &&
+                    resident.second.tokens == offloaded.second.tokens &&
+                    resident.logits.size() == offloaded.logits.size() && logit_diff == 0 &&
+                    moved_layers == c.num_layers - 1 && kv_in_place && kv_restored &&
+                    saved >= moved_bytes * 9 / 10;
+  ok = ok && pass;
+  std::fprintf(stderr,
+               "%s offloaded working set (louiskv offload=1 vs resident, f32, 900 in, 96 + 32 out, "
+               "recorded step): max logit diff %.2e, tokens %s / %s, %lld layers in host memory, "
+               "working set equal in place %d / restored %d, decode peak %lld vs %lld bytes "
+               "(saved %lld, moved %lld)\n",
+               pass ? "PASS" : "FAIL", logit_diff,
+               resident.first.tokens == offloaded.first.tokens ? "same" : "differ",
+               resident.second.tokens == offloaded.second.tokens ? "same" : "differ",
+               static_cast<long long>(moved_layers), kv_in_place, kv_restored,
+               static_cast<long long>(offloaded.first.decode_peak_device_bytes),
+               static_cast<long long>(resident.first.decode_peak_device_bytes),
+               static_cast<long long>(saved), static_cast<long long>(moved_bytes));
+  return {{"max_abs_logit_diff", logit_diff},
+          {"same_tokens", resident.first.tokens == offloaded.first.tokens},
+          {"same_next_turn", resident.second.tokens == offloaded.second.tokens},
+          {"host_layers", moved_layers},
+          {"working_set_equal_in_place", kv_in_place},
+          {"working_set_equal_restored", kv_restored},
+          {"decode_peak_bytes_resident", resident.first.decode_peak_device_bytes},
+          {"decode_peak_bytes_offloaded", offloaded.first.decode_peak_device_bytes},
+          {"moved_bytes", moved_bytes},
+          {"pass", pass}};
+}
+
 // The decode GEMV (gpu/decode_linear.h) against an f32 product of the same bf16/f16 operands
 // (rows 1-8, with and without a bias, K not a multiple of the lanes' stride), then its time and
 // bandwidth beside at::linear (cuBLAS) on the 3B shape's decode projections and head.
@@ -1404,6 +1494,10 @@ int main(int argc, char** argv) {
       out["recorded_retrieval"].push_back(check_recorded_retrieval(ok));
     return finish();
   }
+  if (only == "offloaded_working_set") {
+    out["offloaded_working_set"] = check_offloaded_working_set(ok);
+    return finish();
+  }
   if (only == "unit_attention_mass") {
     out["unit_attention_mass"] = check_unit_attention_mass(ok);
     return finish();
@@ -1446,6 +1540,8 @@ int main(int argc, char** argv) {
   out["paged_pool"] = check_page_pool(ok);
   out["batched_recorded_step"] = check_batched_step(ok);
   guarded("recorded_retrieval", "recorded retrieval", [&] { return check_recorded_retrieval(ok); });
+  guarded("offloaded_working_set", "offloaded working set",
+          [&] { return check_offloaded_working_set(ok); });
   guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
   guarded("decode_linear", "decode linear", [&] { return check_decode_linear(ok); });
   guarded("decode_linear_fused", "decode linear fused",

@@ -53,13 +53,15 @@ bench() {  # name, timeout, args...
   local name=$1 t=$2; shift 2
   timeout $t $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --repeat 1 "$@" \
     --json "$R/$name.json" > "$R/$name.log" 2>&1
-  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB\")" "$R/$name.json" 2>/dev/null)"
+  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB, decode peak above the weights {d.get('decode_peak_above_weights_bytes', -2**30)/2**30:.2f} GiB\")" "$R/$name.json" 2>/dev/null)"
 }
 if [[ $PHASES == *stridelatency* ]]; then
   # Only full KV and louiskv stride 16 at 32K in / 512 out (the fixed stride's lean recording).
   L="--tokens 32768 --decode-tokens 512"
   bench in32k-full-graph 150 $L --policy full
   bench in32k-louiskv-stride16-b1024 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024
+  # The working set's retrieval layers in host memory while the reply decodes (offload=1).
+  [[ $PHASES == *offload* ]] && bench in32k-louiskv-stride16-b1024-offload 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,offload=1
 elif [[ $PHASES == *latency* ]]; then
   L="--tokens 32768 --decode-tokens 512"
   # Retrieval policies decode in the recorded step (the decision on the device) unless --per-layer.

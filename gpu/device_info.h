@@ -17,5 +17,10 @@ struct DeviceInfo {
 DeviceInfo device_info(at::Device device);
 // Waits until the device has finished all work queued so far (a no-op on the CPU).
 void synchronize(at::Device device);
+// Bytes of live tensors the CUDA caching allocator holds on `device` now, or at their peak since
+// reset_peak_allocated() (weights included); -1 off CUDA, where nothing counts them.
+int64_t allocated_bytes(at::Device device);
+int64_t peak_allocated_bytes(at::Device device);
+void reset_peak_allocated(at::Device device);
 
 }  // namespace engram::gpu

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <stdexcept>
 
 namespace engram::gpu {
 
@@ -159,6 +160,29 @@ bool pinned_memory_available() {
 at::Tensor empty_pinned(at::IntArrayRef shape, at::ScalarType dtype) {
   return at::empty(shape,
                    at::TensorOptions().dtype(dtype).pinned_memory(pinned_memory_available()));
+}
+
+at::Tensor device_view_of_pinned(const at::Tensor& pinned, at::Device device) {
+#ifdef ENGRAM_WITH_CUDA
+  if (device.is_cuda()) {
+    if (!pinned.is_pinned())
+      throw std::invalid_argument("device_view_of_pinned: the tensor is not page-locked");
+    // The device address of the allocation's start, then the view's offset into it.
+    const auto* const base = static_cast<const char*>(pinned.storage().data());
+    void* mapped = nullptr;
+    C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, const_cast<char*>(base), 0));
+    mapped = static_cast<char*>(mapped) + (static_cast<const char*>(pinned.data_ptr()) - base);
+    return at::for_blob(mapped, pinned.sizes())
+        .strides(pinned.strides())
+        .context(new at::Tensor(pinned),
+                 [](void* owner) { delete static_cast<at::Tensor*>(owner); })
+        .options(pinned.options().pinned_memory(false).device(device))
+        .target_device(device)
+        .make_tensor();
+  }
+#endif
+  (void)device;
+  return pinned;
 }
 
 }  // namespace engram::gpu

@@ -71,6 +71,10 @@ class DeviceTimeline {
 // memory otherwise.
 at::Tensor empty_pinned(at::IntArrayRef shape, at::ScalarType dtype);
 bool pinned_memory_available();
+// `pinned` (from empty_pinned) as a tensor of `device`: on CUDA kernels read and write it in place
+// over PCIe (unified addressing, as gpu::gather_pages reads its pinned slab), and the view keeps
+// it alive. For a CPU device (or without CUDA), `pinned` itself.
+at::Tensor device_view_of_pinned(const at::Tensor& pinned, at::Device device);
 
 // Host indices on the device, uploaded through pinned memory without a wait: a pageable upload
 // makes PyTorch wait for the whole stream, which drains the device in the middle of its work.

@@ -439,6 +439,70 @@ class LouisKvTest : public QObject {
     QCOMPARE(tight_ws.tokens(), int64_t{90 + 23});
   }
 
+  // offload=1: while a reply decodes, the working set's retrieval layers wait in host memory (on
+  // CUDA read and written in place over PCIe); every token still lands there, so replies, the
+  // working set and the next turn are those of the resident run, through a plan and a new pool.
+  void offloadedWorkingSetWaitsInHostMemoryAndStaysExact() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    GenerationOptions options;
+    options.max_new_tokens = 12;
+    options.stop_at_eos = false;
+    options.sampling.temperature = 0;
+    const std::string spec = "louiskv:stride=3,sinks=4,window=8,budget=16,full_layers=1";
+    auto resident = make_policy(spec);
+    auto offloaded = make_policy(spec + ",offload=1");
+    QVERIFY(offloaded->spec().find("offload=1") != std::string::npos);
+    KvWorkingSet a(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    KvWorkingSet b(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    const auto prompt = test::token_ids(60, 9);
+    const GenerationResult ra = generate(decoder, *resident, a, {}, prompt, options, {});
+    const int64_t version = b.cache().storage_version();
+    const GenerationResult rb = generate(decoder, *offloaded, b, {}, prompt, options, {});
+    QCOMPARE(rb.tokens, ra.tokens);
+    QCOMPARE(a.cache().host_layers(), int64_t{0});
+    QCOMPARE(b.cache().host_layers(), c.num_layers - 1);  // every retrieval layer
+    QVERIFY(b.cache().storage_version() != version);      // a recorded step records again
+    const auto same_kv = [&] {
+      if (a.tokens() != b.tokens()) return false;
+      for (int64_t l = 0; l < c.num_layers; ++l)
+        if (!a.cache().keys(l).equal(b.cache().keys(l)) ||
+            !a.cache().values(l).equal(b.cache().values(l)))
+          return false;
+      return true;
+    };
+    QVERIFY(same_kv());
+    // The next turn prefills over the restored layers and moves them out again.
+    std::vector<int64_t> history = prompt;
+    history.insert(history.end(), ra.tokens.begin(), ra.tokens.end() - 1);
+    const auto question = test::token_ids(20, 4);
+    const GenerationResult ra2 = generate(decoder, *resident, a, history, question, options, {});
+    const GenerationResult rb2 = generate(decoder, *offloaded, b, history, question, options, {});
+    QCOMPARE(rb2.tokens, ra2.tokens);
+    QCOMPARE(b.cache().host_layers(), c.num_layers - 1);
+    QVERIFY(same_kv());
+    b.cache().restore_layers();
+    QCOMPARE(b.cache().host_layers(), int64_t{0});
+    QVERIFY(same_kv());
+
+    // Composed with a bounded prefill policy: the working set fills, a plan shrinks it (on the
+    // device), a new pool is built and the layers move out again.
+    const std::string bounded =
+        "streaming:sinks=4+louiskv:sinks=4,window=8,budget=32,full_layers=1";
+    auto p1 = make_policy(bounded, 64, c.max_positions, 32);
+    auto p2 = make_policy(bounded + ",offload=1", 64, c.max_positions, 32);
+    KvWorkingSet w1(shape_of(c), 64 + 32, decoder.dtype(), decoder.device(), c.max_positions);
+    KvWorkingSet w2(shape_of(c), 64 + 32, decoder.dtype(), decoder.device(), c.max_positions);
+    options.max_new_tokens = 80;
+    options.prefill_chunk = 32;
+    const auto long_prompt = test::token_ids(150, 8);
+    const GenerationResult r1 = generate(decoder, *p1, w1, {}, long_prompt, options, {});
+    const GenerationResult r2 = generate(decoder, *p2, w2, {}, long_prompt, options, {});
+    QCOMPARE(r2.tokens, r1.tokens);
+    QCOMPARE(w2.cache().host_layers(), c.num_layers - 1);
+    QCOMPARE(w2.stream_tokens(), w1.stream_tokens());
+  }
+
   // The layer timeline's retrieval events: one "retrieve" interval on the copy lane of a layer
   // for every retrieval the source made there, with the rows it loaded.
   void retrievalsAreTracedPerLayer() {

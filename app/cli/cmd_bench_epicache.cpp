@@ -37,9 +37,6 @@
 #if TORCH_VERSION_MAJOR < 2
 #include <c10/core/CPUAllocator.h>
 #endif
-#ifdef ENGRAM_WITH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
 
 namespace engram::cli {
 namespace {
@@ -143,9 +140,7 @@ class PeakMemory {
   void reset() {
     gpu::synchronize(device_);
     start_ = current();
-#ifdef ENGRAM_WITH_CUDA
-    if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(index());
-#endif
+    gpu::reset_peak_allocated(device_);
 #if TORCH_VERSION_MAJOR < 2
     if (!device_.is_cuda()) CountingCpuAllocator::install().reset_peak();
 #endif
@@ -159,9 +154,6 @@ class PeakMemory {
   }
 
  private:
-  c10::DeviceIndex index() const {
-    return device_.index() < 0 ? 0 : device_.index();
-  }
   int64_t current() const {
     return allocated(/*peak=*/false);
   }
@@ -170,13 +162,8 @@ class PeakMemory {
   }
   // Bytes allocated now or at the peak since the last reset; -1 where nothing counts them.
   int64_t allocated(bool peak) const {
-#ifdef ENGRAM_WITH_CUDA
-    if (device_.is_cuda()) {
-      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index());
-      const auto& bytes = stats.allocated_bytes[0];
-      return static_cast<int64_t>(peak ? bytes.peak : bytes.current);
-    }
-#endif
+    if (device_.is_cuda())
+      return peak ? gpu::peak_allocated_bytes(device_) : gpu::allocated_bytes(device_);
 #if TORCH_VERSION_MAJOR < 2
     if (!device_.is_cuda()) {
       const auto& counter = CountingCpuAllocator::install();

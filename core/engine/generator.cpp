@@ -11,6 +11,7 @@
 #include "core/policies/full_policy.h"
 #include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
+#include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
 
 namespace engram {
@@ -43,6 +44,7 @@ bool shrink_to(MemoryPolicy& policy, KvWorkingSet& ws, const Decoder& decoder, i
                TraceRecorder* trace) {
   if (ws.tokens() <= target) return true;
   RECORD_USER_SCOPE("engram::shrink");
+  ws.cache().restore_layers();  // a plan rewrites every layer: on the device, not over PCIe
   const std::optional<KeepPlan> plan = policy.shrink(ws.info(), target);
   if (!plan) return false;
   if (plan->kept() > target) throw std::logic_error(policy.name() + ": the plan keeps too much");
@@ -116,6 +118,7 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
                    TraceRecorder* trace, int64_t reserve_when_full) {
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
+  ws.cache().restore_layers();  // layers a retrieving decode left in host memory
   const int64_t max_positions = decoder.config().max_positions;
   const int64_t n = static_cast<int64_t>(tokens.size());
   chunk = chunk > 0 ? chunk : n;
@@ -180,6 +183,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     throw std::out_of_range(
         positions_error(ws.stream_tokens() + new_tokens.size(), config.max_positions, policy));
   }
+  ws.cache().restore_layers();
   if (ws.stream_tokens() != static_cast<int64_t>(history.size())) {
     throw std::logic_error("generate: the working set does not hold exactly the history");
   }
@@ -298,6 +302,14 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
         if (retrieving) result.retrieval.add(retrieving->stats());
         retrieving = std::make_unique<RetrievalKvSource>(*retrieval, ws.cache(), room - step - 1,
                                                          &ws.cache());
+        if (retrieval->settings().offload) {
+          // Built: attention reads the retrieval layers from the source from now on; the working
+          // set only receives each new token there.
+          std::vector<int64_t> moved;
+          for (int64_t li = 0; li < config.num_layers; ++li)
+            if (retrieving->retrieves_at(li)) moved.push_back(li);
+          ws.cache().move_layers_to_host(moved);
+        }
       }
       // More units than the recorded selection sorts: the per-layer path from here on (the
       // source's state is the same either way).
@@ -312,6 +324,9 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
           positions_error(static_cast<int64_t>(all.size()), config.max_positions, policy));
     }
     if (!ws.fixed_capacity()) ws.cache().ensure_room(1);
+    // Decode's device memory from here on (the prefill's activations and a retrieval source's
+    // build are behind it).
+    if (step == 0) gpu::reset_peak_allocated(decoder.device());
     if (static_step && (!retrieval || recorded_retrieval)) {
       logits = static_step->step(token, ws.next_position());
       ws.appended(1);
@@ -329,6 +344,8 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     result.decode_tokens_per_s = decoded > 0 ? 1000.0 * decoded / result.decode_ms : 0;
   }
   if (retrieving) result.retrieval.add(retrieving->stats());
+  if (result.tokens.size() > 1)
+    result.decode_peak_device_bytes = gpu::peak_allocated_bytes(decoder.device());
   result.evicted_tokens = ws.evicted_tokens() - evicted_before;
   result.peak_kv_tokens = ws.peak_tokens();
   policy.end_request(ws.info());

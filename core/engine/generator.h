@@ -59,6 +59,9 @@ struct GenerationResult {
   int64_t evicted_tokens = 0;  // slots the policy dropped from attention during this request
   int64_t peak_kv_tokens = 0;  // the most KV slots per layer attention saw
   RetrievalStats retrieval;    // decode-time retrieval (policies with decode_retrieval())
+  // The most bytes of live device tensors while decoding (CUDA caching allocator, weights
+  // included; from the first decode step, after a retrieval source's build); -1 off CUDA.
+  int64_t decode_peak_device_bytes = -1;
 };
 
 // Returns false to stop generation after this token (a stop string matched).

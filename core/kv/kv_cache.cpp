@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpu/device_timeline.h"
 #include "gpu/rope_rotate.h"
 
 namespace engram {
@@ -30,6 +31,57 @@ KvCache::KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::Scalar
       at::full({batch, capacity_}, -1, at::TensorOptions().dtype(at::kLong).device(device));
 }
 
+void KvCache::move_layers_to_host(const std::vector<int64_t>& layers) {
+  std::vector<int64_t> moving;
+  for (int64_t l : layers) {
+    if (l < 0 || l >= shape_.layers)
+      throw std::out_of_range("KvCache: no layer " + std::to_string(l) + " to move to the host");
+    if (std::find(host_layer_ids_.begin(), host_layer_ids_.end(), l) == host_layer_ids_.end() &&
+        std::find(moving.begin(), moving.end(), l) == moving.end())
+      moving.push_back(l);
+  }
+  if (moving.empty()) return;
+  // One slab for every moved layer: a pinned allocation per layer would round each up to a power
+  // of two in PyTorch's host allocator. Layers moved earlier join the new slab.
+  restore_layers();
+  const auto n = static_cast<int64_t>(moving.size());
+  at::Tensor slab =
+      gpu::empty_pinned({2, n, batch_, shape_.kv_heads, capacity_, shape_.head_dim}, dtype_);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto l = static_cast<size_t>(moving[static_cast<size_t>(i)]);
+    // Behind the work queued on the stream so far; the device storage is released once these
+    // copies are queued (stream-ordered reuse keeps them safe).
+    slab[0][i].copy_(keys_[l], /*non_blocking=*/true);
+    slab[1][i].copy_(values_[l], /*non_blocking=*/true);
+    keys_[l] = gpu::device_view_of_pinned(slab[0][i], device_);
+    values_[l] = gpu::device_view_of_pinned(slab[1][i], device_);
+  }
+  host_layer_ids_ = std::move(moving);
+  host_slab_ = slab;
+  ++storage_version_;
+}
+
+void KvCache::restore_layers() {
+  if (host_layer_ids_.empty()) return;
+  for (size_t i = 0; i < host_layer_ids_.size(); ++i) {
+    const auto l = static_cast<size_t>(host_layer_ids_[i]);
+    const auto row = static_cast<int64_t>(i);
+    for (int64_t kv = 0; kv < 2; ++kv) {
+      at::Tensor back =
+          at::empty(host_slab_[kv][row].sizes(), at::TensorOptions().dtype(dtype_).device(device_));
+      back.copy_(host_slab_[kv][row], /*non_blocking=*/true);
+      (kv == 0 ? keys_ : values_)[l] = back;
+    }
+  }
+  host_layer_ids_.clear();
+  host_slab_ = at::Tensor();
+  ++storage_version_;
+}
+
+int64_t KvCache::host_layers() const {
+  return static_cast<int64_t>(host_layer_ids_.size());
+}
+
 at::Tensor KvCache::zeroed_storage(int64_t capacity) const {
   // Zeros, not empty: masked slots (position -1, ragged rows, a working set's free capacity) are
   // still read by attention with probability 0, and 0 x NaN from stale memory would be NaN.
@@ -44,6 +96,7 @@ int64_t KvCache::max_length() const {
 void KvCache::ensure_room(int64_t tokens) {
   const int64_t need = max_length() + tokens;
   if (need <= capacity_) return;
+  restore_layers();
   // Grow geometrically so that token-by-token decode copies O(log n) times, to a multiple of 64
   // slots: cuBLAS takes its vectorised bf16 kernels only for aligned leading dimensions, and the
   // recorded decode step's attention reads the whole capacity (an odd capacity of 30,018 slots
@@ -67,6 +120,7 @@ void KvCache::ensure_room(int64_t tokens) {
     key_valid_ = valid;
   }
   capacity_ = grown;
+  ++storage_version_;
 }
 
 void KvCache::set_key_valid(const at::Tensor& valid) {

@@ -43,8 +43,22 @@ class KvCache {
   // attention reads them) and returns the first slot. `spare` more slots are kept free after
   // them (a page-sized copy may run past the last claimed slot).
   int64_t claim(const std::vector<int64_t>& positions, int64_t spare = 0);
-  // Grows capacity (copying) so that `tokens` more fit in every row.
+  // Grows capacity (copying) so that `tokens` more fit in every row (moved layers come back first).
   void ensure_room(int64_t tokens);
+  // Moves the keys and values of `layers` into one page-locked host slab that the device addresses
+  // in place (gpu::device_view_of_pinned): every view, write and kernel on those layers keeps
+  // working, over PCIe, and their device memory is freed. Decode-time retrieval (LouisKV, Quest)
+  // attends those layers from its own device region and only writes each new token here, so the
+  // conversation's KV waits in host memory while a reply decodes, as the papers keep it. Off CUDA
+  // the layers move into fresh host tensors (the same bookkeeping). Layers already moved stay.
+  void move_layers_to_host(const std::vector<int64_t>& layers);
+  // Every moved layer back in device memory (one copy from the slab); a no-op when none is.
+  void restore_layers();
+  // How many layers wait in host memory.
+  int64_t host_layers() const;
+  // Changes whenever a layer's storage moves (growth, move_layers_to_host, restore_layers): what
+  // a recorded step read is then elsewhere.
+  int64_t storage_version() const { return storage_version_; }
   // One-row caches: which slots each (layer, KV head) may attend, `valid` [layers, kv_heads, n]
   // bool for the first n slots; later slots (fresh tokens) are valid for every head. A ragged
   // working set (core/kv/working_set.h) pads its shorter (layer, head) lists with invalid slots.
@@ -85,6 +99,11 @@ class KvCache {
   at::Device device_;
   std::vector<at::Tensor> keys_;  // per layer [B, H, capacity, d]
   std::vector<at::Tensor> values_;
+  // Moved layers (move_layers_to_host): their index and the host slab [2, moved, B, H, capacity,
+  // d] that keys_ / values_ view from the device.
+  std::vector<int64_t> host_layer_ids_;
+  at::Tensor host_slab_;
+  int64_t storage_version_ = 0;
   at::Tensor positions_;  // [B, capacity] int64
   at::Tensor key_valid_;  // [layers, B, kv_heads, capacity] bool; undefined = all valid
   std::vector<int64_t> lengths_;

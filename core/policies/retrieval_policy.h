@@ -25,6 +25,11 @@ struct RetrievalSettings {
   int64_t full_layers = 2;  // layers 0..full_layers-1 keep every token (as Quest and the paper)
   bool prompt_by_decode = false;  // feed a new prompt token by token through retrieval (Quest's
                                   // long-input method) instead of one full-attention prefill
+  // While a reply decodes, the working set's retrieval layers wait in page-locked host memory
+  // (KvCache::move_layers_to_host) and the device holds only what attention reads: the full
+  // layers, each retrieval layer's sinks + budget + window, the units' index (the papers' CPU
+  // pool). They come back to the device when the working set is next prefilled or replanned.
+  bool offload = false;
 };
 
 // A layer's prompt KV as units: pool row j of head h holds the prompt token order[h][j]

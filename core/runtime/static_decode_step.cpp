@@ -105,8 +105,8 @@ const at::Tensor& StaticDecodeStep::step_rows(const std::vector<int64_t>& tokens
   Recording& r = recorded_[retrieval_ && retrieval_->idle_step() ? 1 : 0];
   bool ran = false;
   if (cache.capacity() != r.capacity || full_keys.data_ptr() != r.storage ||
-      valid_storage != r.valid || retrieval_ != r.retrieval ||
-      retrieval_version != r.retrieval_version) {
+      cache.storage_version() != r.storage_version || valid_storage != r.valid ||
+      retrieval_ != r.retrieval || retrieval_version != r.retrieval_version) {
     ran = record(r);
   }
   // The recorded work is not idempotent with a retrieval source (a policy's previous queries), so
@@ -156,6 +156,7 @@ bool StaticDecodeStep::record(Recording& r) {
   r.graph.capture([this] { run(); });
   r.capacity = capacity;
   r.storage = keys_[0].data_ptr();
+  r.storage_version = cache.storage_version();
   r.valid = key_valid_[0].defined() ? key_valid_[0].data_ptr() : nullptr;
   r.addresses = addresses(cache);
   r.retrieval = retrieval_;

@@ -91,6 +91,7 @@ class StaticDecodeStep {
     gpu::DeviceGraph graph;
     int64_t capacity = -1;
     const void* storage = nullptr;
+    int64_t storage_version = -1;  // KvCache::storage_version() (layers moved to the host)
     const void* valid = nullptr;
     // Every tensor the recording reads in place (per layer K, V, validity; the positions): a
     // cache bound later is replayed over only when it sits at exactly these addresses.
