@@ -1,12 +1,14 @@
 // The window around the chat, with the fixture model on the CPU: the keys (Enter sends,
 // Shift+Enter new line, Esc stops, Ctrl+N new conversation), settings that come back in a new
 // window (model, device, dtype, sampling, geometry, dock layout, a panel added late), the system
-// palette (light and dark), the delete confirmation, Markdown answers, and failures shown as
+// palette (light and dark), the delete confirmation, Markdown answers (a streamed one ends as one
+// setMarkdown of its text, each streaming render parsing only its tail), and failures shown as
 // readable messages while the app goes on and keeps every conversation: a damaged conversation
 // in the store, a turn the engine refuses, out of memory; the memory policy chosen in the model
 // bar (the default one answers past the model's positions, with a memory line under the answer;
 // each conversation keeps its own).
 #include <QAction>
+#include <QClipboard>
 #include <QComboBox>
 #include <QDockWidget>
 #include <QElapsedTimer>
@@ -25,6 +27,7 @@
 #include <QTextBlock>
 #include <QTextBrowser>
 #include <QTextList>
+#include <QToolButton>
 #include <QtTest>
 
 #include <algorithm>
@@ -473,6 +476,66 @@ class UiWindowTest : public QObject {
     QTRY_VERIFY(body->height() >= 2 * line);
     view.resize(700, 500);
     QTRY_VERIFY(body->height() < 2 * line + 12);
+  }
+
+  // A streamed answer rendered after every few characters (fenced code with a blank line, lists
+  // with blank lines between items, headings, tables, a long one-line paragraph) ends as exactly
+  // one setMarkdown of its text; while it streams, a render parses only what follows the last cut
+  // (a whole-text render would parse all of it), and the body is as tall as the finished one.
+  void streamedAnswerEndsAsOneSetMarkdownAndRendersOnlyItsTail() {
+    engram::ui::ChatView view;
+    view.resize(600, 500);
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    const QString section = QStringLiteral(
+        "## Step %1\n\n"
+        "Some **bold** text, `code` and a paragraph long enough to wrap over a line or two at "
+        "this width, about step %1.\n\n"
+        "- first item\n\n- second item\n\n  with a second paragraph\n\n"
+        "```cpp\nint step = %1;\n\nreturn step;\n```\n\n"
+        "| Name | Value |\n|------|-------|\n| step | %1 |\n\n"
+        "1. one\n2. two\n\n");
+    QString md = QStringLiteral("# An answer\n\n");
+    for (int i = 1; md.size() < 6000; ++i)
+      md += section.arg(i);
+    const QStringList words = {QStringLiteral("memory"),  QStringLiteral("attention"),
+                               QStringLiteral("tokens"),  QStringLiteral("cache"),
+                               QStringLiteral("ünïcödé"), QStringLiteral("ключ")};
+    for (int i = 0; i < 500; ++i)
+      md += words[(i * 5 + i / 4) % words.size()] + QLatin1Char(' ');
+    md += QStringLiteral("\n\nThe end.");
+    auto* answer = view.add_message(QStringLiteral("assistant"), QString());
+    auto* body = answer->findChild<QTextBrowser*>(QStringLiteral("messageBody"));
+    QTRY_VERIFY(body->viewport()->width() > 400);
+    qsizetype most = 0;
+    for (qsizetype i = 0; i < md.size(); i += 9) {
+      answer->append(md.mid(i, 9));
+      answer->render_pending();
+      if (i > 2000) most = std::max(most, answer->last_render_parsed());
+      if (i % 450 == 0) QCoreApplication::processEvents();  // layout, scroll bar, resizes
+    }
+    QVERIFY2(most < 1200, qPrintable(QStringLiteral("a streaming render parsed %1 of %2 characters")
+                                         .arg(most)
+                                         .arg(md.size())));
+    const int streamed_height =
+        body->minimumHeight();  // fit_height's (the layout applies it later)
+    // What replyFinished does: the final text, then the stats.
+    answer->set_text(md);
+    engram::ReplyStats stats;
+    stats.generated_tokens = 1;
+    answer->set_stats(stats);
+    QCOMPARE(answer->last_render_parsed(), md.size());
+    QTextDocument fresh;
+    fresh.setDefaultFont(body->document()->defaultFont());
+    fresh.setMarkdown(md);
+    QCOMPARE(body->document()->toHtml(), fresh.toHtml());
+    QCOMPARE(body->document()->toMarkdown(), fresh.toMarkdown());
+    QVERIFY2(qAbs(body->minimumHeight() - streamed_height) <= 2,
+             qPrintable(QStringLiteral("streamed %1 px, finished %2 px")
+                            .arg(streamed_height)
+                            .arg(body->minimumHeight())));
+    answer->findChild<QToolButton*>(QStringLiteral("copyButton"))->click();
+    QCOMPARE(QApplication::clipboard()->text(), md);
   }
 
   void damagedConversationIsReportedAndTheOthersWork() {

@@ -15,7 +15,8 @@
 
 namespace engram::ui {
 namespace {
-// Streaming re-renders the whole answer's Markdown, which costs more as it grows: wait at least
+// Streaming re-renders the answer's Markdown after its last cut (a render of a long answer costs
+// about as much as a short one's), a resize or the finished answer all of it: wait at least
 // kRenderMs between renders and at least kRenderCostFactor times the last render's cost, so
 // rendering never takes more than about a quarter of the UI thread.
 constexpr int kRenderMs = 50;
@@ -52,6 +53,8 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   body_->setPalette(transparent);
   body_->viewport()->setAutoFillBackground(false);
   body_->viewport()->installEventFilter(this);
+  // Streaming edits the document in place: keep no undo history of them.
+  body_->document()->setUndoRedoEnabled(false);
   footer_ = new QLabel(this);
   footer_->setObjectName(QStringLiteral("replyStats"));
   footer_->setForegroundRole(QPalette::PlaceholderText);
@@ -97,7 +100,7 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   connect(copy_, &QToolButton::clicked, this,
           [this] { QApplication::clipboard()->setText(text_); });
   connect(regenerate_, &QToolButton::clicked, this, &MessageBubble::regenerateRequested);
-  render();
+  render_whole();
 }
 
 void MessageBubble::append(const QString& text) {
@@ -106,30 +109,54 @@ void MessageBubble::append(const QString& text) {
 }
 
 void MessageBubble::set_text(const QString& text) {
-  // The final text of a streamed answer is usually what was streamed: render only if it differs
-  // or a render is still pending (a long answer's render is the costliest moment of a reply).
-  if (text == text_ && !render_timer_->isActive()) return;
+  // The final text of a streamed answer is usually what was streamed: render only if it differs,
+  // a render is still pending or the body holds a streamed rendering (cut into pieces), so the
+  // finished answer is exactly one setMarkdown of its text.
+  if (text == text_ && !render_timer_->isActive() && !stream_.active()) return;
   text_ = text;
-  render();
+  render_whole();
+}
+
+void MessageBubble::render_pending() {
+  if (render_timer_->isActive()) render();
 }
 
 void MessageBubble::render() {
+  if (role_ == QLatin1String("user") || text_.isEmpty()) {
+    render_whole();
+    return;
+  }
   render_timer_->stop();
   QElapsedTimer cost;
   cost.start();
+  stream_.render(*body_->document(), text_);
+  last_render_parsed_ = stream_.last_parsed();
+  fit_height();
+  render_timer_->setInterval(
+      std::clamp(static_cast<int>(cost.elapsed()) * kRenderCostFactor, kRenderMs, kRenderMaxMs));
+}
+
+void MessageBubble::render_whole() {
+  render_timer_->stop();
+  QElapsedTimer cost;
+  cost.start();
+  stream_.reset();
   // User text is shown as typed; answers are Markdown.
   if (role_ == QLatin1String("user")) {
     body_->setPlainText(text_);
   } else {
     body_->setMarkdown(text_.isEmpty() ? QStringLiteral("…") : text_);
   }
+  last_render_parsed_ = text_.size();
   fit_height();
   render_timer_->setInterval(
       std::clamp(static_cast<int>(cost.elapsed()) * kRenderCostFactor, kRenderMs, kRenderMaxMs));
 }
 
 void MessageBubble::fit_height() {
-  body_->document()->setTextWidth(body_->viewport()->width());
+  // Setting the width lays the whole document out again, even when it is the same.
+  QTextDocument* doc = body_->document();
+  if (doc->textWidth() != body_->viewport()->width()) doc->setTextWidth(body_->viewport()->width());
   const int h = static_cast<int>(body_->document()->size().height()) + 4;
   body_->setFixedHeight(std::max(h, body_->fontMetrics().height() + 8));
 }
@@ -140,14 +167,21 @@ bool MessageBubble::eventFilter(QObject* watched, QEvent* event) {
   if (watched == body_->viewport() && event->type() == QEvent::Resize &&
       static_cast<QResizeEvent*>(event)->size().width() !=
           static_cast<QResizeEvent*>(event)->oldSize().width()) {
-    fit_height();
+    if (stream_.active()) {
+      // The seams no longer fall where lines break: cut the streamed text again at this width.
+      fit_height();
+      stream_.reset();
+      render();
+    } else {
+      fit_height();
+    }
   }
   return QFrame::eventFilter(watched, event);
 }
 
 void MessageBubble::set_stats(const ReplyStats& s) {
   stats_ = s;
-  if (render_timer_->isActive()) render();
+  if (render_timer_->isActive() || stream_.active()) render_whole();
   QString text = tr("first token %1 ms · %2 tokens/s · %3 tokens")
                      .arg(s.time_to_first_token_ms, 0, 'f', 0)
                      .arg(s.tokens_per_s, 0, 'f', 1)

@@ -1,7 +1,9 @@
 // The chat: one bubble per message, answers rendered as Markdown (QTextDocument::setMarkdown),
-// streamed text re-rendered every 50 ms or more (more as the answer grows, so the UI thread stays
-// free), and under each answer its time to first token and tokens/s with copy and regenerate
-// buttons, and a line on what the memory policy moved out of attention when it moved anything.
+// streamed text re-rendered every 50 ms or more (more when a render costs more, so the UI thread
+// stays free) parsing only what follows the last safe cut (ui/markdown_stream_split.h), a finished
+// answer rendered whole once, and under each answer its time to first token and tokens/s with
+// copy and regenerate buttons, and a line on what the memory policy moved out of attention when it
+// moved anything.
 #pragma once
 
 #include <QFrame>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "core/engine/assistant.h"
+#include "ui/markdown_stream_split.h"
 
 class QLabel;
 class QTextBrowser;
@@ -35,6 +38,11 @@ class MessageBubble : public QFrame {
   QString stats_text() const;
   // ReplyStats::memory_note of the answer ("memory (streaming, budget 1024): …"); empty: none.
   QString memory_note_text() const;
+  // Renders now what append() queued for the timer (tests).
+  void render_pending();
+  // Characters of Markdown (or plain text) the last render parsed: while an answer streams, the
+  // text after the last cut; a finished answer, all of it.
+  qsizetype last_render_parsed() const { return last_render_parsed_; }
 
  Q_SIGNALS:
   void regenerateRequested();
@@ -43,7 +51,8 @@ class MessageBubble : public QFrame {
   bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
-  void render();
+  void render();        // the timer's: a streaming answer, from its last cut on
+  void render_whole();  // one setMarkdown (setPlainText) of the whole text
   void fit_height();
 
   QString role_;
@@ -54,6 +63,8 @@ class MessageBubble : public QFrame {
   QToolButton* copy_;
   QToolButton* regenerate_;
   QTimer* render_timer_;
+  MarkdownStream stream_;
+  qsizetype last_render_parsed_ = 0;
   ReplyStats stats_;
 };
 
