@@ -167,6 +167,10 @@ at::Tensor device_view_of_pinned(const at::Tensor& pinned, at::Device device) {
   if (device.is_cuda()) {
     if (!pinned.is_pinned())
       throw std::invalid_argument("device_view_of_pinned: the tensor is not page-locked");
+    // With its index: tensors of "cuda" and "cuda:0" are different devices to some checks.
+    const at::Device on(
+        at::kCUDA, device.has_index() ? device.index()
+                                      : static_cast<c10::DeviceIndex>(c10::cuda::current_device()));
     // The device address of the allocation's start, then the view's offset into it.
     const auto* const base = static_cast<const char*>(pinned.storage().data());
     void* mapped = nullptr;
@@ -176,8 +180,8 @@ at::Tensor device_view_of_pinned(const at::Tensor& pinned, at::Device device) {
         .strides(pinned.strides())
         .context(new at::Tensor(pinned),
                  [](void* owner) { delete static_cast<at::Tensor*>(owner); })
-        .options(pinned.options().pinned_memory(false).device(device))
-        .target_device(device)
+        .options(pinned.options().pinned_memory(false).device(on))
+        .target_device(on)
         .make_tensor();
   }
 #endif

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "core/kv/cache_kv_source.h"
@@ -13,6 +14,7 @@
 #include "core/trace/trace_recorder.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
+#include "gpu/stream_fork.h"
 
 namespace engram {
 namespace {
@@ -300,15 +302,22 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
       if (!retrieving || full) {
         if (static_step) static_step->attach(nullptr);
         if (retrieving) result.retrieval.add(retrieving->stats());
+        // offload: the retrieval layers' copy to host memory runs on a side stream beside the
+        // source's build (which reads them); once built, attention reads those layers from the
+        // source and the working set only receives each new token there.
+        std::optional<gpu::StreamFork> staging;
+        if (retrieval->settings().offload) {
+          std::vector<int64_t> moved;
+          for (int64_t li = retrieval->settings().full_layers; li < config.num_layers; ++li)
+            moved.push_back(li);
+          staging.emplace(decoder.device());
+          staging->run([&] { ws.cache().stage_layers_to_host(moved); });
+        }
         retrieving = std::make_unique<RetrievalKvSource>(*retrieval, ws.cache(), room - step - 1,
                                                          &ws.cache());
-        if (retrieval->settings().offload) {
-          // Built: attention reads the retrieval layers from the source from now on; the working
-          // set only receives each new token there.
-          std::vector<int64_t> moved;
-          for (int64_t li = 0; li < config.num_layers; ++li)
-            if (retrieving->retrieves_at(li)) moved.push_back(li);
-          ws.cache().move_layers_to_host(moved);
+        if (staging) {
+          staging->join();
+          ws.cache().use_staged_layers();
         }
       }
       // More units than the recorded selection sorts: the per-layer path from here on (the

@@ -32,6 +32,11 @@ KvCache::KvCache(KvCacheShape shape, int64_t batch, int64_t capacity, at::Scalar
 }
 
 void KvCache::move_layers_to_host(const std::vector<int64_t>& layers) {
+  stage_layers_to_host(layers);
+  use_staged_layers();
+}
+
+void KvCache::stage_layers_to_host(const std::vector<int64_t>& layers) {
   std::vector<int64_t> moving;
   for (int64_t l : layers) {
     if (l < 0 || l >= shape_.layers)
@@ -40,24 +45,44 @@ void KvCache::move_layers_to_host(const std::vector<int64_t>& layers) {
         std::find(moving.begin(), moving.end(), l) == moving.end())
       moving.push_back(l);
   }
+  staged_layer_ids_.clear();
+  staged_slab_ = at::Tensor();
   if (moving.empty()) return;
   // One slab for every moved layer: a pinned allocation per layer would round each up to a power
-  // of two in PyTorch's host allocator. Layers moved earlier join the new slab.
-  restore_layers();
+  // of two in PyTorch's host allocator.
   const auto n = static_cast<int64_t>(moving.size());
   at::Tensor slab =
       gpu::empty_pinned({2, n, batch_, shape_.kv_heads, capacity_, shape_.head_dim}, dtype_);
   for (int64_t i = 0; i < n; ++i) {
     const auto l = static_cast<size_t>(moving[static_cast<size_t>(i)]);
-    // Behind the work queued on the stream so far; the device storage is released once these
-    // copies are queued (stream-ordered reuse keeps them safe).
     slab[0][i].copy_(keys_[l], /*non_blocking=*/true);
     slab[1][i].copy_(values_[l], /*non_blocking=*/true);
-    keys_[l] = gpu::device_view_of_pinned(slab[0][i], device_);
-    values_[l] = gpu::device_view_of_pinned(slab[1][i], device_);
   }
-  host_layer_ids_ = std::move(moving);
-  host_slab_ = slab;
+  staged_layer_ids_ = std::move(moving);
+  staged_slab_ = slab;
+}
+
+void KvCache::use_staged_layers() {
+  if (staged_layer_ids_.empty()) return;
+  // Layers moved earlier come back first: one slab holds every moved layer.
+  if (!host_layer_ids_.empty()) {
+    std::vector<int64_t> all = host_layer_ids_;
+    all.insert(all.end(), staged_layer_ids_.begin(), staged_layer_ids_.end());
+    restore_layers();
+    move_layers_to_host(all);
+    return;
+  }
+  for (size_t i = 0; i < staged_layer_ids_.size(); ++i) {
+    const auto l = static_cast<size_t>(staged_layer_ids_[i]);
+    const auto row = static_cast<int64_t>(i);
+    // The device storage is released here; its reuse is ordered after the copies that read it.
+    keys_[l] = gpu::device_view_of_pinned(staged_slab_[0][row], device_);
+    values_[l] = gpu::device_view_of_pinned(staged_slab_[1][row], device_);
+  }
+  host_layer_ids_ = std::move(staged_layer_ids_);
+  host_slab_ = staged_slab_;
+  staged_layer_ids_.clear();
+  staged_slab_ = at::Tensor();
   ++storage_version_;
 }
 

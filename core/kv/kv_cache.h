@@ -52,6 +52,12 @@ class KvCache {
   // conversation's KV waits in host memory while a reply decodes, as the papers keep it. Off CUDA
   // the layers move into fresh host tensors (the same bookkeeping). Layers already moved stay.
   void move_layers_to_host(const std::vector<int64_t>& layers);
+  // The two halves of move_layers_to_host, to overlap the copy with other work: stage copies the
+  // layers into the host slab on the current stream (e.g. a gpu::StreamFork's side stream); use
+  // switches to the slab once those copies are ordered before the current stream's work (joined).
+  // Nothing may write the staged layers in between.
+  void stage_layers_to_host(const std::vector<int64_t>& layers);
+  void use_staged_layers();
   // Every moved layer back in device memory (one copy from the slab); a no-op when none is.
   void restore_layers();
   // How many layers wait in host memory.
@@ -103,6 +109,8 @@ class KvCache {
   // d] that keys_ / values_ view from the device.
   std::vector<int64_t> host_layer_ids_;
   at::Tensor host_slab_;
+  std::vector<int64_t> staged_layer_ids_;  // stage_layers_to_host, before use_staged_layers
+  at::Tensor staged_slab_;
   int64_t storage_version_ = 0;
   at::Tensor positions_;  // [B, capacity] int64
   at::Tensor key_valid_;  // [layers, B, kv_heads, capacity] bool; undefined = all valid
