@@ -53,7 +53,7 @@ bench() {  # name, timeout, args...
   local name=$1 t=$2; shift 2
   timeout $t $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --repeat 1 "$@" \
     --json "$R/$name.json" > "$R/$name.log" 2>&1
-  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB, decode peak above the weights {d.get('decode_peak_above_weights_bytes', -2**30)/2**30:.2f} GiB\")" "$R/$name.json" 2>/dev/null)"
+  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB, decode peak above the weights {d.get('decode_peak_above_weights_bytes', -2**30)/2**30:.2f} GiB (at its start {(d.get('decode_start_device_bytes', -2**30) - d.get('weight_bytes', 0))/2**30:.2f})\")" "$R/$name.json" 2>/dev/null)"
 }
 if [[ $PHASES == *stridelatency* ]]; then
   # Only full KV and louiskv stride 16 at 32K in / 512 out (the fixed stride's lean recording).
@@ -80,6 +80,7 @@ if [[ $PHASES == *out16k* ]]; then
       stride16) spec=louiskv:stride=16,sinks=64,window=256,budget=1024 ;;
       tau70) spec=louiskv:tau=70,sinks=64,window=256,budget=1024 ;;
       pageretrieval) spec=pageretrieval:sinks=64,window=256,budget=1024 ;;
+      stride16offload) spec=louiskv:stride=16,sinks=64,window=256,budget=1024,offload=1 ;;
     esac
     for in in ${OUT16K_INPUTS:-500 32768}; do
       bench in$in-out16k-$p 420 --tokens $in --decode-tokens 16384 --warmup-decode-tokens 256 --policy $spec

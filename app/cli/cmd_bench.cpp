@@ -81,7 +81,7 @@ int run_bench(int argc, char** argv) {
   int64_t peak_kv = 0;
   RetrievalStats retrieval;
   double last_decode_ms = 0, last_decoded = 0;
-  int64_t decode_peak_bytes = -1;
+  int64_t decode_peak_bytes = -1, decode_start_bytes = -1;
   for (int64_t run = -1; run < repeat; ++run) {  // run -1 warms up kernels and the allocator
     const bool last = run == repeat - 1;
     // Full KV preallocates the whole request (as before policies); a bounded policy gets its
@@ -125,6 +125,7 @@ int run_bench(int argc, char** argv) {
       last_decode_ms = r.decode_ms;
       last_decoded = static_cast<double>(r.tokens.size()) - 1;
       decode_peak_bytes = r.decode_peak_device_bytes;
+      decode_start_bytes = r.decode_start_device_bytes;
       if (run >= 0) {
         rates.push_back(r.decode_tokens_per_s);
         ttfts.push_back(r.time_to_first_token_ms);
@@ -172,6 +173,7 @@ int run_bench(int argc, char** argv) {
     // What the device really held while decoding (the allocator's peak of the last run: weights,
     // the working set and what attention reads); -1 off CUDA.
     out["decode_peak_device_bytes"] = decode_peak_bytes;
+    out["decode_start_device_bytes"] = decode_start_bytes;
     out["weight_bytes"] = w.bytes();
     if (decode_peak_bytes >= 0)
       out["decode_peak_above_weights_bytes"] = decode_peak_bytes - w.bytes();

@@ -335,7 +335,10 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     if (!ws.fixed_capacity()) ws.cache().ensure_room(1);
     // Decode's device memory from here on (the prefill's activations and a retrieval source's
     // build are behind it).
-    if (step == 0) gpu::reset_peak_allocated(decoder.device());
+    if (step == 0) {
+      result.decode_start_device_bytes = gpu::allocated_bytes(decoder.device());
+      gpu::reset_peak_allocated(decoder.device());
+    }
     if (static_step && (!retrieval || recorded_retrieval)) {
       logits = static_step->step(token, ws.next_position());
       ws.appended(1);

@@ -62,6 +62,8 @@ struct GenerationResult {
   // The most bytes of live device tensors while decoding (CUDA caching allocator, weights
   // included; from the first decode step, after a retrieval source's build); -1 off CUDA.
   int64_t decode_peak_device_bytes = -1;
+  // The bytes of live device tensors when decoding starts (the same point; steady state).
+  int64_t decode_start_device_bytes = -1;
 };
 
 // Returns false to stop generation after this token (a stop string matched).
