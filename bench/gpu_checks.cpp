@@ -893,7 +893,7 @@ nlohmann::json check_offloaded_working_set(bool& ok) {
     return r;
   };
   const std::string spec = "louiskv:stride=4,sinks=16,window=32,budget=128,full_layers=1";
-  Run resident = run(spec);
+  Run resident = run(spec + ",offload=0");
   Run offloaded = run(spec + ",offload=1");
   double logit_diff = 0;
   for (size_t i = 0; i < std::min(resident.logits.size(), offloaded.logits.size()); ++i)

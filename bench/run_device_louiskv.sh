@@ -60,8 +60,9 @@ if [[ $PHASES == *stridelatency* ]]; then
   L="--tokens 32768 --decode-tokens 512"
   bench in32k-full-graph 150 $L --policy full
   bench in32k-louiskv-stride16-b1024 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024
-  # The working set's retrieval layers in host memory while the reply decodes (offload=1).
-  [[ $PHASES == *offload* ]] && bench in32k-louiskv-stride16-b1024-offload 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,offload=1
+  # The working set's retrieval layers kept on the device while the reply decodes (offload=0;
+  # the default on CUDA since 2026-11-27 moves them to host memory).
+  [[ $PHASES == *offload* ]] && bench in32k-louiskv-stride16-b1024-resident 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,offload=0
 elif [[ $PHASES == *latency* ]]; then
   L="--tokens 32768 --decode-tokens 512"
   # Retrieval policies decode in the recorded step (the decision on the device) unless --per-layer.
@@ -80,7 +81,7 @@ if [[ $PHASES == *out16k* ]]; then
       stride16) spec=louiskv:stride=16,sinks=64,window=256,budget=1024 ;;
       tau70) spec=louiskv:tau=70,sinks=64,window=256,budget=1024 ;;
       pageretrieval) spec=pageretrieval:sinks=64,window=256,budget=1024 ;;
-      stride16offload) spec=louiskv:stride=16,sinks=64,window=256,budget=1024,offload=1 ;;
+      stride16resident) spec=louiskv:stride=16,sinks=64,window=256,budget=1024,offload=0 ;;
     esac
     for in in ${OUT16K_INPUTS:-500 32768}; do
       bench in$in-out16k-$p 420 --tokens $in --decode-tokens 16384 --warmup-decode-tokens 256 --policy $spec

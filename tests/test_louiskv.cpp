@@ -450,8 +450,9 @@ class LouisKvTest : public QObject {
     options.stop_at_eos = false;
     options.sampling.temperature = 0;
     const std::string spec = "louiskv:stride=3,sinks=4,window=8,budget=16,full_layers=1";
-    auto resident = make_policy(spec);
+    auto resident = make_policy(spec);  // the default: offload on CUDA only
     auto offloaded = make_policy(spec + ",offload=1");
+    QVERIFY(make_policy(spec + ",offload=0")->spec().find("offload=0") != std::string::npos);
     QVERIFY(offloaded->spec().find("offload=1") != std::string::npos);
     KvWorkingSet a(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
     KvWorkingSet b(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);

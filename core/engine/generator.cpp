@@ -306,7 +306,8 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
         // source's build (which reads them); once built, attention reads those layers from the
         // source and the working set only receives each new token there.
         std::optional<gpu::StreamFork> staging;
-        if (retrieval->settings().offload) {
+        const int64_t offload = retrieval->settings().offload;
+        if (offload > 0 || (offload < 0 && decoder.device().is_cuda())) {
           std::vector<int64_t> moved;
           for (int64_t li = retrieval->settings().full_layers; li < config.num_layers; ++li)
             moved.push_back(li);

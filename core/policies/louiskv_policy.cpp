@@ -58,7 +58,7 @@ std::string LouisKvPolicy::spec() const {
   if (options_.stride > 0) s += ",stride=" + std::to_string(options_.stride);
   if (settings_.full_layers != 2) s += ",full_layers=" + std::to_string(settings_.full_layers);
   if (settings_.prompt_by_decode) s += ",prompt=1";
-  if (settings_.offload) s += ",offload=1";
+  if (settings_.offload >= 0) s += ",offload=" + std::to_string(settings_.offload);
   return s;
 }
 

@@ -16,7 +16,7 @@ std::string PageRetrievalPolicy::spec() const {
   if (page_ != 16) s += ",page=" + std::to_string(page_);
   if (settings_.full_layers != 2) s += ",full_layers=" + std::to_string(settings_.full_layers);
   if (settings_.prompt_by_decode) s += ",prompt=1";
-  if (settings_.offload) s += ",offload=1";
+  if (settings_.offload >= 0) s += ",offload=" + std::to_string(settings_.offload);
   return s;
 }
 

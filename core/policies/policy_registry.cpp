@@ -1,5 +1,6 @@
 #include "core/policies/policy_registry.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -108,7 +109,7 @@ std::unique_ptr<RetrievalPolicy> make_retrieval(const std::string& spec, const s
   s.budget = std::max<int64_t>(1, take(options, "budget", s.budget));
   s.full_layers = take(options, "full_layers", s.full_layers);
   s.prompt_by_decode = take(options, "prompt", 0) != 0;
-  s.offload = take(options, "offload", 0) != 0;
+  s.offload = std::clamp<int64_t>(take(options, "offload", -1), -1, 1);
   if (name == "pageretrieval") {
     const int64_t page = std::max<int64_t>(1, take(options, "page", 16));
     if (page > s.window)

@@ -29,7 +29,8 @@ struct RetrievalSettings {
   // (KvCache::move_layers_to_host) and the device holds only what attention reads: the full
   // layers, each retrieval layer's sinks + budget + window, the units' index (the papers' CPU
   // pool). They come back to the device when the working set is next prefilled or replanned.
-  bool offload = false;
+  // -1 (default): on CUDA devices; 0: never; 1: always (off CUDA: the same bookkeeping).
+  int64_t offload = -1;
 };
 
 // A layer's prompt KV as units: pool row j of head h holds the prompt token order[h][j]
