@@ -77,6 +77,15 @@ LouisKvOptions every_step() {
   return o;
 }
 
+// Greedy decoding of exactly `tokens` tokens (no stop at EOS).
+GenerationOptions greedy(int64_t tokens) {
+  GenerationOptions options;
+  options.max_new_tokens = tokens;
+  options.stop_at_eos = false;
+  options.sampling.temperature = 0;
+  return options;
+}
+
 }  // namespace
 
 class LouisKvTest : public QObject {
@@ -412,10 +421,7 @@ class LouisKvTest : public QObject {
     const ModelConfig& c = decoder.config();
     const auto prompt = test::token_ids(90, 7);
     auto run = [&](MemoryPolicy& policy, KvWorkingSet& ws) {
-      GenerationOptions options;
-      options.max_new_tokens = 24;
-      options.stop_at_eos = false;
-      options.sampling.temperature = 0;
+      GenerationOptions options = greedy(24);
       return generate(decoder, policy, ws, {}, prompt, options, {});
     };
     auto full = make_policy("full");
@@ -445,10 +451,7 @@ class LouisKvTest : public QObject {
   void offloadedWorkingSetWaitsInHostMemoryAndStaysExact() {
     const Decoder& decoder = models_.decoder("llama-gqa");
     const ModelConfig& c = decoder.config();
-    GenerationOptions options;
-    options.max_new_tokens = 12;
-    options.stop_at_eos = false;
-    options.sampling.temperature = 0;
+    GenerationOptions options = greedy(12);
     const std::string spec = "louiskv:stride=3,sinks=4,window=8,budget=16,full_layers=1";
     auto resident = make_policy(spec);  // the default: offload on CUDA only
     auto offloaded = make_policy(spec + ",offload=1");
@@ -512,10 +515,7 @@ class LouisKvTest : public QObject {
     auto policy = make_policy("louiskv:stride=3,sinks=4,window=8,budget=16,full_layers=1");
     KvWorkingSet ws(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
     test::CollectedIntervals seen;
-    GenerationOptions options;
-    options.max_new_tokens = 10;
-    options.stop_at_eos = false;
-    options.sampling.temperature = 0;
+    GenerationOptions options = greedy(10);
     options.observer = &seen;
     options.trace = true;
     const GenerationResult r =
@@ -539,11 +539,9 @@ class LouisKvTest : public QObject {
     auto policy = make_policy("streaming:sinks=4+louiskv:sinks=4,window=8,budget=32,full_layers=1",
                               64, c.max_positions, 32);
     KvWorkingSet ws(shape_of(c), 64 + 32, decoder.dtype(), decoder.device(), c.max_positions);
-    GenerationOptions options;
-    options.max_new_tokens = 80;  // passes the working set's capacity: a plan, then a new pool
-    options.stop_at_eos = false;
+    GenerationOptions options =
+        greedy(80);  // passes the working set's capacity: a plan, a new pool
     options.prefill_chunk = 32;
-    options.sampling.temperature = 0;
     const GenerationResult r =
         generate(decoder, *policy, ws, {}, test::token_ids(150, 8), options, {});
     QCOMPARE(static_cast<int64_t>(r.tokens.size()), int64_t{80});
@@ -580,10 +578,7 @@ class LouisKvTest : public QObject {
   void h2oWithABudgetAboveTheHistoryIsFullKv() {
     const Decoder& decoder = models_.decoder("llama-gqa");
     const ModelConfig& c = decoder.config();
-    GenerationOptions options;
-    options.max_new_tokens = 16;
-    options.stop_at_eos = false;
-    options.sampling.temperature = 0;
+    GenerationOptions options = greedy(16);
     options.prefill_chunk = 32;
     auto run = [&](const std::string& spec, int64_t budget) {
       auto policy = make_policy(spec, budget, c.max_positions, 32);
@@ -601,10 +596,7 @@ class LouisKvTest : public QObject {
     const Decoder& decoder = models_.decoder("llama-gqa");
     const ModelConfig& c = decoder.config();
     const auto history = test::token_ids(100, 9), question = test::token_ids(12, 10);
-    GenerationOptions options;
-    options.max_new_tokens = 6;
-    options.stop_at_eos = false;
-    options.sampling.temperature = 0;
+    GenerationOptions options = greedy(6);
     auto answer = [&](const std::string& spec) {
       auto policy = make_policy(spec);
       KvWorkingSet ws(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
