@@ -53,7 +53,7 @@ bench() {  # name, timeout, args...
   local name=$1 t=$2; shift 2
   timeout $t $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --repeat 1 "$@" \
     --json "$R/$name.json" > "$R/$name.log" 2>&1
-  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB, decode peak above the weights {d.get('decode_peak_above_weights_bytes', -2**30)/2**30:.2f} GiB (at its start {(d.get('decode_start_device_bytes', -2**30) - d.get('weight_bytes', 0))/2**30:.2f})\")" "$R/$name.json" 2>/dev/null)"
+  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, k-means rounds/layer {d.get('kmeans_rounds_per_layer','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB, decode peak above the weights {d.get('decode_peak_above_weights_bytes', -2**30)/2**30:.2f} GiB (at its start {(d.get('decode_start_device_bytes', -2**30) - d.get('weight_bytes', 0))/2**30:.2f})\")" "$R/$name.json" 2>/dev/null)"
 }
 if [[ $PHASES == *stridelatency* ]]; then
   # Only full KV and louiskv stride 16 at 32K in / 512 out (the fixed stride's lean recording).
@@ -63,6 +63,12 @@ if [[ $PHASES == *stridelatency* ]]; then
   # The working set's retrieval layers kept on the device while the reply decodes (offload=0;
   # the default on CUDA since 2026-11-27 moves them to host memory).
   [[ $PHASES == *offload* ]] && bench in32k-louiskv-stride16-b1024-resident 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,offload=0
+  # k-means stopped once a round moves at most MOVED keys per thousand (default: none moves).
+  if [[ $PHASES == *moved* ]]; then
+    for m in ${MOVED:-10 50}; do
+      bench in32k-louiskv-stride16-b1024-moved$m 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,moved=$m
+    done
+  fi
 elif [[ $PHASES == *latency* ]]; then
   L="--tokens 32768 --decode-tokens 512"
   # Retrieval policies decode in the recorded step (the decision on the device) unless --per-layer.

@@ -122,6 +122,24 @@ class LouisKvTest : public QObject {
     }
   }
 
+  // `moved=P`: the clustering stops once a round moves at most P keys per thousand.
+  void kmeansStopsWhenFewKeysMove() {
+    at::manual_seed(5);
+    const at::Tensor keys = at::randn({2, 400, 8});  // no structure: many rounds to settle
+    int64_t exact = 0, loose = 0, any = 0;
+    const at::Tensor settled = cluster_keys(keys, 25, 50, 0, &exact).first;
+    const at::Tensor nearly = cluster_keys(keys, 25, 50, 50, &loose).first;
+    (void)cluster_keys(keys, 25, 50, 1000, &any);
+    QCOMPARE(any, int64_t{1});
+    QVERIFY(loose >= 1 && loose < exact);
+    QVERIFY(exact <= 50);
+    // Stopped early, the assignment is still close to the settled one.
+    const double differ = settled.ne(nearly).to(at::kDouble).mean().item<double>();
+    QVERIFY2(differ < 0.25, qPrintable(QString::number(differ)));
+    auto policy = make_policy("louiskv:moved=10");
+    QVERIFY(policy->spec().find("moved=10") != std::string::npos);
+  }
+
   void unitsAreContiguousClustersWithTheirMeanKey() {
     at::Tensor keys = at::arange(2 * 6 * 2, at::kFloat).view({2, 6, 2});
     at::Tensor assignment =

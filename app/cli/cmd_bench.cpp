@@ -186,6 +186,10 @@ int run_bench(int argc, char** argv) {
       // The source is built after the first token (k-means of every layer's prompt keys), so the
       // per-token latency above carries it; this one is decoding alone (last run).
       out["retrieval_build_ms"] = retrieval.build_ms;
+      out["kmeans_rounds_per_layer"] =
+          retrieval.retrieval_layers
+              ? static_cast<double>(retrieval.kmeans_rounds) / retrieval.retrieval_layers
+              : 0.0;
       out["per_token_latency_ms_without_build"] =
           last_decoded > 0 ? (last_decode_ms - retrieval.build_ms) / last_decoded : 0.0;
       out["recorded_steps"] = retrieval.recorded_steps;

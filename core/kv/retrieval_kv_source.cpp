@@ -98,6 +98,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     if (prompt > 0) {
       const at::Tensor pk = keys.narrow(1, sinks_, prompt), pv = values.narrow(1, sinks_, prompt);
       units = policy_.prompt_units(li, pk);
+      stats_.kmeans_rounds += units.kmeans_rounds;
       const at::Tensor order = units.order.to(keys.device()).unsqueeze(-1).expand({-1, -1, dim});
       write_rows(li, 0, pk.gather(1, order), pv.gather(1, order), 0, prompt);
       prompt_units = units.sizes.size(1);

@@ -68,6 +68,7 @@ struct RetrievalStats {
   // Building the source (LouisKV: the prompt keys' k-means per layer; the pool's first rows),
   // which the generator does after the first token, inside the decode time.
   double build_ms = 0;
+  int64_t kmeans_rounds = 0;  // LouisKV: k-means rounds, summed over the retrieval layers
   // Adds a later source's counts (the runner rebuilds the pool after a plan).
   void add(const RetrievalStats& o) {
     steps += o.steps;
@@ -81,6 +82,7 @@ struct RetrievalStats {
     host_ms += o.host_ms;
     wait_ms += o.wait_ms;
     build_ms += o.build_ms;
+    kmeans_rounds += o.kmeans_rounds;
   }
   // Retrievals per retrieval layer and decode step.
   double retrievals_per_token() const {

@@ -8,7 +8,8 @@
 namespace engram {
 
 std::pair<at::Tensor, at::Tensor> cluster_keys(const at::Tensor& keys, int64_t clusters,
-                                               int64_t iterations) {
+                                               int64_t iterations, int64_t moved_permille,
+                                               int64_t* rounds) {
   const int64_t n = keys.size(1);
   clusters = std::clamp<int64_t>(clusters, 1, n);
   // Start from keys spread evenly over the prompt: every region of the text gets a centroid.
@@ -19,13 +20,18 @@ std::pair<at::Tensor, at::Tensor> cluster_keys(const at::Tensor& keys, int64_t c
   at::Tensor centroids = keys.index_select(1, start).to(at::kFloat);
   centroids = centroids / centroids.norm(2, -1, true).clamp_min(1e-12);
   at::Tensor assignment = gpu::kmeans_assign(keys, centroids);
+  // One count crosses to the host per round either way (equal() synchronises too).
+  const int64_t allowed = assignment.numel() * std::max<int64_t>(0, moved_permille) / 1000;
+  int64_t ran = 0;
   for (int64_t it = 0; it < iterations; ++it) {
     centroids = gpu::kmeans_update(keys, assignment, centroids);
     at::Tensor next = gpu::kmeans_assign(keys, centroids);
-    const bool stable = next.equal(assignment);
+    ++ran;
+    const int64_t moved = next.ne(assignment).sum().item<int64_t>();
     assignment = next;
-    if (stable) break;
+    if (moved <= allowed) break;
   }
+  if (rounds) *rounds = ran;
   return {assignment, centroids};
 }
 
@@ -56,6 +62,7 @@ std::string LouisKvPolicy::spec() const {
                   ",budget=" + std::to_string(settings_.budget);
   if (options_.cluster_tokens != 16) s += ",cluster=" + std::to_string(options_.cluster_tokens);
   if (options_.stride > 0) s += ",stride=" + std::to_string(options_.stride);
+  if (options_.moved_permille > 0) s += ",moved=" + std::to_string(options_.moved_permille);
   if (settings_.full_layers != 2) s += ",full_layers=" + std::to_string(settings_.full_layers);
   if (settings_.prompt_by_decode) s += ",prompt=1";
   if (settings_.offload >= 0) s += ",offload=" + std::to_string(settings_.offload);
@@ -71,8 +78,12 @@ PromptUnits LouisKvPolicy::prompt_units(int64_t /*layer*/, const at::Tensor& key
   const int64_t n = keys.size(1);
   const int64_t clusters = std::max<int64_t>(
       1, (n + options_.cluster_tokens - 1) / std::max<int64_t>(1, options_.cluster_tokens));
-  const at::Tensor assignment = cluster_keys(keys, clusters, options_.iterations).first;
-  return units_from_assignment(keys, assignment, std::min(clusters, n));
+  int64_t rounds = 0;
+  const at::Tensor assignment =
+      cluster_keys(keys, clusters, options_.iterations, options_.moved_permille, &rounds).first;
+  PromptUnits units = units_from_assignment(keys, assignment, std::min(clusters, n));
+  units.kmeans_rounds = rounds;
+  return units;
 }
 
 at::Tensor LouisKvPolicy::unit_index(const at::Tensor& keys) const {

@@ -21,6 +21,9 @@ struct LouisKvOptions {
   int64_t cluster_tokens = 16;
   int64_t iterations = 20;
   int64_t stride = 0;  // 0: adaptive (semantic boundaries)
+  // k-means stops once a round moves at most this many keys per thousand to another cluster
+  // (`moved=P`; 0: only when none moves), or after `iterations` rounds.
+  int64_t moved_permille = 0;
 };
 
 class LouisKvPolicy : public RetrievalPolicy {
@@ -57,9 +60,12 @@ class LouisKvPolicy : public RetrievalPolicy {
 };
 
 // The clustering itself, for tests and benchmarks: assignment [H, N] int64 of keys [H, N, d] into
-// `clusters` clusters per head, and the final centroids [H, K, d] f32 (unit length).
+// `clusters` clusters per head, and the final centroids [H, K, d] f32 (unit length). At most
+// `iterations` rounds (update, assign); it stops after a round that moved at most
+// `moved_permille` keys per thousand (0: none). `rounds` (optional) receives the rounds run.
 std::pair<at::Tensor, at::Tensor> cluster_keys(const at::Tensor& keys, int64_t clusters,
-                                               int64_t iterations);
+                                               int64_t iterations, int64_t moved_permille = 0,
+                                               int64_t* rounds = nullptr);
 
 // Units from an assignment: pool order (by cluster, then by token), sizes, offsets, and the mean
 // key of every cluster as its index (zero for an empty cluster).

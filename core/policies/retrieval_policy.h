@@ -37,10 +37,11 @@ struct RetrievalSettings {
 // (relative to the first token after the sinks); unit u of head h is `sizes[h][u]` rows from
 // `offsets[h][u]`; `index` is what scoring compares the queries with.
 struct PromptUnits {
-  at::Tensor order;    // [H, N] int64, a permutation of 0..N-1 per head
-  at::Tensor sizes;    // [H, U] int64 (0: an empty unit, never taken)
-  at::Tensor offsets;  // [H, U] int64
-  at::Tensor index;    // [H, U, I] f32 (the source keeps it in the keys' dtype)
+  at::Tensor order;           // [H, N] int64, a permutation of 0..N-1 per head
+  at::Tensor sizes;           // [H, U] int64 (0: an empty unit, never taken)
+  at::Tensor offsets;         // [H, U] int64
+  at::Tensor index;           // [H, U, I] f32 (the source keeps it in the keys' dtype)
+  int64_t kmeans_rounds = 0;  // LouisKV: the clustering's rounds for this layer
 };
 
 class RetrievalPolicy {
