@@ -62,7 +62,8 @@ std::string LouisKvPolicy::spec() const {
                   ",budget=" + std::to_string(settings_.budget);
   if (options_.cluster_tokens != 16) s += ",cluster=" + std::to_string(options_.cluster_tokens);
   if (options_.stride > 0) s += ",stride=" + std::to_string(options_.stride);
-  if (options_.moved_permille > 0) s += ",moved=" + std::to_string(options_.moved_permille);
+  if (options_.moved_permille != LouisKvOptions{}.moved_permille)
+    s += ",moved=" + std::to_string(options_.moved_permille);
   if (settings_.full_layers != 2) s += ",full_layers=" + std::to_string(settings_.full_layers);
   if (settings_.prompt_by_decode) s += ",prompt=1";
   if (settings_.offload >= 0) s += ",offload=" + std::to_string(settings_.offload);
