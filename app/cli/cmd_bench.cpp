@@ -119,6 +119,7 @@ int run_bench(int argc, char** argv) {
       options.trace = last && trace_file;
       // --per-layer: the eager path every retrieval policy decodes on, for full KV beside them.
       options.recorded_step = !args.has("per-layer");
+      options.measure_decode_memory = true;
       const GenerationResult r = generate(decoder, *run_policy, ws, {}, prompt, options, {});
       peak_kv = r.peak_kv_tokens;
       retrieval = r.retrieval;

@@ -336,7 +336,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     if (!ws.fixed_capacity()) ws.cache().ensure_room(1);
     // Decode's device memory from here on (the prefill's activations and a retrieval source's
     // build are behind it).
-    if (step == 0) {
+    if (step == 0 && options.measure_decode_memory) {
       result.decode_start_device_bytes = gpu::allocated_bytes(decoder.device());
       gpu::reset_peak_allocated(decoder.device());
     }
@@ -357,7 +357,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     result.decode_tokens_per_s = decoded > 0 ? 1000.0 * decoded / result.decode_ms : 0;
   }
   if (retrieving) result.retrieval.add(retrieving->stats());
-  if (result.tokens.size() > 1)
+  if (result.tokens.size() > 1 && options.measure_decode_memory)
     result.decode_peak_device_bytes = gpu::peak_allocated_bytes(decoder.device());
   result.evicted_tokens = ws.evicted_tokens() - evicted_before;
   result.peak_kv_tokens = ws.peak_tokens();

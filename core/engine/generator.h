@@ -35,7 +35,10 @@ struct GenerationOptions {
   // catch-up would otherwise forward the patch and re-plan every slot.
   bool evict_when_full = false;
   EngineObserver* observer = nullptr;
-  bool trace = false;         // record layer intervals (sent to the observer)
+  bool trace = false;  // record layer intervals (sent to the observer)
+  // Fill GenerationResult::decode_*_device_bytes: resets the CUDA allocator's peak at the first
+  // decode step, so not while someone else measures a peak across requests (bench epicache).
+  bool measure_decode_memory = false;
   bool recorded_step = true;  // CUDA: decode through the recorded graph step when the policy can
   // CUDA: the recorded step kept across requests by the caller (a chat session's working set keeps
   // its addresses from reply to reply, so the step is recorded once, not once per reply). Null:
@@ -59,10 +62,10 @@ struct GenerationResult {
   int64_t evicted_tokens = 0;  // slots the policy dropped from attention during this request
   int64_t peak_kv_tokens = 0;  // the most KV slots per layer attention saw
   RetrievalStats retrieval;    // decode-time retrieval (policies with decode_retrieval())
-  // The most bytes of live device tensors while decoding (CUDA caching allocator, weights
-  // included; from the first decode step, after a retrieval source's build); -1 off CUDA.
+  // With GenerationOptions::measure_decode_memory on CUDA (else -1): the most bytes of live
+  // device tensors while decoding (caching allocator, weights included; from the first decode
+  // step, after a retrieval source's build), and the bytes live at that step (steady state).
   int64_t decode_peak_device_bytes = -1;
-  // The bytes of live device tensors when decoding starts (the same point; steady state).
   int64_t decode_start_device_bytes = -1;
 };
 
