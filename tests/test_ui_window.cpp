@@ -786,6 +786,24 @@ class UiWindowTest : public QObject {
     const QString other = readable_error(std::runtime_error("line one\nline two\nline three\nx"));
     QCOMPARE(other, QStringLiteral("line one\nline two\nline three"));
   }
+
+  // Decode-time retrieval's offload leaves the working set's retrieval layers in pinned host
+  // memory until the next prefill: the inspector's engine line says so.
+  void inspectorSaysWhenLayersWaitInHostMemory() {
+    engram::ui::MemoryInspector inspector;
+    engram::MemorySnapshot s;
+    s.engine_device = "cuda:0";
+    s.engine_cached_tokens = 33000;
+    s.engine_cache_bytes = int64_t{4} << 30;
+    s.engine_layers = 32;
+    inspector.setSnapshot(s);
+    QVERIFY(!inspector.totals_text().contains(QStringLiteral("pinned host memory")));
+    s.engine_host_layers = 30;
+    inspector.setSnapshot(s);
+    QVERIFY2(inspector.totals_text().contains(
+                 QStringLiteral("30 of 32 layers in pinned host memory until the next prefill")),
+             qPrintable(inspector.totals_text()));
+  }
 };
 
 QTEST_MAIN(UiWindowTest)

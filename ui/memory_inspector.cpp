@@ -213,6 +213,11 @@ void MemoryInspector::setSnapshot(const MemorySnapshot& snapshot) {
                              .arg(QString::fromStdString(snapshot.engine_device))
                              .arg(snapshot.engine_cached_tokens)
                              .arg(format_bytes_short(snapshot.engine_cache_bytes));
+  if (snapshot.engine_host_layers > 0) {
+    engine += tr(" (%1 of %2 layers in pinned host memory until the next prefill)")
+                  .arg(snapshot.engine_host_layers)
+                  .arg(snapshot.engine_layers);
+  }
   // The store's copy, loaded or not: what a restart brings back without re-reading the history.
   QString stored = snapshot.stored_tokens == 0
                        ? tr("nothing saved in the store")

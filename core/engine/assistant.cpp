@@ -718,6 +718,8 @@ MemorySnapshot Assistant::memory() const {
   snap.engine_cached_tokens = cache.lengths()[0];
   snap.engine_cache_bytes = cache.bytes();
   snap.engine_device = device_name(cache.device());
+  snap.engine_host_layers = cache.host_layers();
+  snap.engine_layers = cache.shape().layers;
   const auto& history = s_->session->history();
   if (s_->kv_pending && s_->stored->tokens > 0) {
     s_->add_units(snap, history, s_->stored->tokens, MemoryLocation::kDisk,

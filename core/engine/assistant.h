@@ -151,6 +151,10 @@ struct MemorySnapshot {
   int64_t engine_cached_tokens = 0;
   int64_t engine_cache_bytes = 0;
   std::string engine_device;
+  // Layers of the cache waiting in pinned host memory (decode-time retrieval's offload: back on
+  // the device at the next prefill), of engine_layers.
+  int64_t engine_host_layers = 0;
+  int64_t engine_layers = 0;
   // The conversation's KV in the profile's store (what a restart brings back), whether or not it
   // is loaded: tokens, the KV blob and the blob of the token ids it was computed for.
   int64_t stored_tokens = 0;
