@@ -750,6 +750,14 @@ nlohmann::json check_louiskv_decide(bool& ok) {
   return out;
 }
 
+// Token ids first + (i * stride) % 30000 for i < n: a spread of a random-weight model's vocabulary.
+std::vector<int64_t> spread_ids(int64_t n, int64_t first, int64_t stride) {
+  std::vector<int64_t> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    ids[static_cast<size_t>(i)] = first + (i * stride) % 30000;
+  return ids;
+}
+
 // Decode-time retrieval in the recorded step (a CUDA graph; the policy decides on the device)
 // against the per-layer path that decides on the host, on a random-weight model in f32: the same
 // logits, decisions, offloads and rows loaded, for LouisKV adaptive (a τ at which some steps
@@ -761,11 +769,7 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
   const Decoder& d = *m.decoder;
   const ModelConfig& c = d.config();
   const int64_t n = 900, steps = 96;
-  std::vector<int64_t> prompt(n), fed(steps);
-  for (int64_t i = 0; i < n; ++i)
-    prompt[i] = 3 + (i * 7919) % 30000;
-  for (int64_t i = 0; i < steps; ++i)
-    fed[i] = 5 + (i * 104729) % 30000;
+  const std::vector<int64_t> prompt = spread_ids(n, 3, 7919), fed = spread_ids(steps, 5, 104729);
   struct Case {
     std::string name;
     double tau;
@@ -865,11 +869,8 @@ nlohmann::json check_offloaded_working_set(bool& ok) {
   const Decoder& d = *m.decoder;
   const ModelConfig& c = d.config();
   const KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim};
-  std::vector<int64_t> prompt(900), question(40);
-  for (size_t i = 0; i < prompt.size(); ++i)
-    prompt[i] = 3 + static_cast<int64_t>(i * 7919) % 30000;
-  for (size_t i = 0; i < question.size(); ++i)
-    question[i] = 5 + static_cast<int64_t>(i * 104729) % 30000;
+  const std::vector<int64_t> prompt = spread_ids(900, 3, 7919),
+                             question = spread_ids(40, 5, 104729);
   struct Run {
     std::unique_ptr<MemoryPolicy> policy;
     std::unique_ptr<KvWorkingSet> ws;
