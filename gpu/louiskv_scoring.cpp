@@ -46,10 +46,15 @@ at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at
   // A bf16 index (kept in the keys' dtype to halve its device bytes) is scored in f32: the
   // upcast is a transient of one layer.
   const at::Tensor units = index.to(at::kFloat);
-  // One GEMM with the 1/√d folded in (beta 0: the first operand is not read).
+  const double scale = 1.0 / std::sqrt(double(d));
+  // On CUDA one GEMM with the 1/√d folded in (beta 0: cuBLAS does not read the first operand).
+  // libtorch 1.13's CPU baddbmm does read its uninitialised result at beta 0 (0 x NaN garbage made
+  // some scores NaN and the selection depend on the allocation), so the CPU scales afterwards.
   at::Tensor logits =
-      at::baddbmm(at::empty({heads, grouped.size(1), units.size(1)}, units.options()), grouped,
-                  units.transpose(1, 2), 0.0, 1.0 / std::sqrt(double(d)));
+      units.is_cuda()
+          ? at::baddbmm(at::empty({heads, grouped.size(1), units.size(1)}, units.options()),
+                        grouped, units.transpose(1, 2), 0.0, scale)
+          : at::bmm(grouped, units.transpose(1, 2)).mul_(scale);
   // Callers keep at least one unit live, so no softmax is over -inf alone.
   if (live.defined()) logits = at::where(live, logits, -INFINITY);
   return logits.softmax(-1).mean(1);  // [H, U]

@@ -191,6 +191,26 @@ class LouisKvTest : public QObject {
     }
   }
 
+  // Scores do not depend on what their memory held before: libtorch 1.13's CPU baddbmm at beta 0
+  // reads its uninitialised result, and a NaN there made whole heads' scores NaN (the selection
+  // then followed the allocation). Memory full of NaN is freed just before each scoring.
+  void scoresIgnoreWhatTheirMemoryHeldBefore() {
+    LouisKvPolicy policy(LouisKvOptions{}, settings(4, 8, 16, 0));
+    at::manual_seed(6);
+    const at::Tensor q = at::randn({4, 16});
+    const at::Tensor index = at::randn({2, 12, 16});
+    const at::Tensor clean = policy.score(q, index);
+    QVERIFY(!clean.isnan().any().item<bool>());
+    for (int rep = 0; rep < 20; ++rep) {
+      {
+        std::vector<at::Tensor> poison;
+        for (int i = 0; i < 64; ++i)
+          poison.push_back(at::full({2, 2, 12}, std::nan(""), index.options()));
+      }
+      QVERIFY(policy.score(q, index).equal(clean));
+    }
+  }
+
   void questBoundIsAnUpperBound() {
     PageRetrievalPolicy quest(16, settings(4, 16, 16, 0));
     at::manual_seed(9);
