@@ -963,6 +963,80 @@ nlohmann::json check_offloaded_working_set(bool& ok) {
           {"pass", pass}};
 }
 
+// LouisKV's prompt units and the offload's copies made beside the prefill on a side worker (the
+// default) against after the first token (overlap=0), on CUDA where they really overlap: the
+// same logits to the bit through the recorded step, both turns, the same working set in host
+// memory; a 900-token prompt in blocks of 512 hands over only the last block's layers.
+nlohmann::json check_units_beside_prefill(bool& ok) {
+  LoadedModel m = load_model({"", "qwen2.5-0.5b", 4}, choose_device("cuda", "f32"), {});
+  const Decoder& d = *m.decoder;
+  const ModelConfig& c = d.config();
+  const KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim};
+  const std::vector<int64_t> prompt = spread_ids(900, 3, 7919),
+                             question = spread_ids(40, 5, 104729);
+  struct Run {
+    std::unique_ptr<MemoryPolicy> policy;
+    std::unique_ptr<KvWorkingSet> ws;
+    std::vector<at::Tensor> logits;
+    GenerationResult first, second;
+  };
+  const auto run = [&](const std::string& spec) {
+    Run r;
+    r.policy = make_policy(spec);
+    r.ws = std::make_unique<KvWorkingSet>(shape, 0, d.dtype(), d.device(), c.max_positions);
+    GenerationOptions options;
+    options.max_new_tokens = 96;
+    options.stop_at_eos = false;
+    options.sampling.temperature = 0;
+    options.on_logits = [&](const at::Tensor& l) { r.logits.push_back(l.cpu()); };
+    r.first = generate(d, *r.policy, *r.ws, {}, prompt, options, {});
+    std::vector<int64_t> history = prompt;
+    history.insert(history.end(), r.first.tokens.begin(), r.first.tokens.end() - 1);
+    options.max_new_tokens = 32;
+    r.second = generate(d, *r.policy, *r.ws, history, question, options, {});
+    return r;
+  };
+  const std::string spec = "louiskv:stride=4,sinks=16,window=32,budget=128,full_layers=1";
+  Run beside = run(spec);
+  Run after = run(spec + ",overlap=0");
+  double logit_diff = 0;
+  for (size_t i = 0; i < std::min(beside.logits.size(), after.logits.size()); ++i)
+    logit_diff =
+        std::max(logit_diff, (beside.logits[i] - after.logits[i]).abs().max().item<double>());
+  bool same_kv = beside.ws->tokens() == after.ws->tokens();
+  for (int64_t l = 0; l < c.num_layers && same_kv; ++l)
+    same_kv = beside.ws->cache().keys(l).equal(after.ws->cache().keys(l)) &&
+              beside.ws->cache().values(l).equal(after.ws->cache().values(l));
+  const int64_t retrieval_layers = c.num_layers - 1;
+  const bool pass = beside.first.tokens == after.first.tokens &&
+                    beside.second.tokens == after.second.tokens &&
+                    beside.logits.size() == after.logits.size() && logit_diff == 0 && same_kv &&
+                    beside.first.retrieval.units_beside_prefill == retrieval_layers &&
+                    beside.second.retrieval.units_beside_prefill == retrieval_layers &&
+                    after.first.retrieval.units_beside_prefill == 0 &&
+                    beside.ws->cache().host_layers() == retrieval_layers &&
+                    after.ws->cache().host_layers() == retrieval_layers;
+  ok = ok && pass;
+  std::fprintf(stderr,
+               "%s units beside the prefill (louiskv default vs overlap=0, f32, 900 in, 96 + 32 "
+               "out, recorded step): max logit diff %.2e, tokens %s / %s, layers made beside %lld "
+               "/ %lld, working set equal %d, host layers %lld / %lld\n",
+               pass ? "PASS" : "FAIL", logit_diff,
+               beside.first.tokens == after.first.tokens ? "same" : "differ",
+               beside.second.tokens == after.second.tokens ? "same" : "differ",
+               static_cast<long long>(beside.first.retrieval.units_beside_prefill),
+               static_cast<long long>(beside.second.retrieval.units_beside_prefill), same_kv,
+               static_cast<long long>(beside.ws->cache().host_layers()),
+               static_cast<long long>(after.ws->cache().host_layers()));
+  return {{"max_abs_logit_diff", logit_diff},
+          {"same_tokens", beside.first.tokens == after.first.tokens},
+          {"same_next_turn", beside.second.tokens == after.second.tokens},
+          {"layers_made_beside", beside.first.retrieval.units_beside_prefill},
+          {"worker_ms", beside.first.retrieval.beside_prefill_ms},
+          {"working_set_equal", same_kv},
+          {"pass", pass}};
+}
+
 // The decode GEMV (gpu/decode_linear.h) against an f32 product of the same bf16/f16 operands
 // (rows 1-8, with and without a bias, K not a multiple of the lanes' stride), then its time and
 // bandwidth beside at::linear (cuBLAS) on the 3B shape's decode projections and head.
@@ -1516,6 +1590,10 @@ int main(int argc, char** argv) {
     out["offloaded_working_set"] = check_offloaded_working_set(ok);
     return finish();
   }
+  if (only == "units_beside_prefill") {
+    out["units_beside_prefill"] = check_units_beside_prefill(ok);
+    return finish();
+  }
   if (only == "unit_attention_mass") {
     out["unit_attention_mass"] = check_unit_attention_mass(ok);
     return finish();
@@ -1560,6 +1638,8 @@ int main(int argc, char** argv) {
   guarded("recorded_retrieval", "recorded retrieval", [&] { return check_recorded_retrieval(ok); });
   guarded("offloaded_working_set", "offloaded working set",
           [&] { return check_offloaded_working_set(ok); });
+  guarded("units_beside_prefill", "units beside the prefill",
+          [&] { return check_units_beside_prefill(ok); });
   guarded("decode_attention", "decode attention", [&] { return check_decode_attention(ok); });
   guarded("decode_linear", "decode linear", [&] { return check_decode_linear(ok); });
   guarded("decode_linear_fused", "decode linear fused",

@@ -11,7 +11,9 @@
 #     per-layer path beside them with PHASES containing perlayer), retrievals per token and device KV bytes; then the long-output
 #     case (500 in / LONG_OUT out) when time is left.
 #   ENGRAM_COMMIT=<sha, written literally: the device copy's git HEAD is not this tree's> OUT=<dir> [LONG_OUT=2048] [PHASES="checks rows latency long"] bash bench/run_device_louiskv.sh
-# (PHASES=quickchecks: only the recorded-retrieval and LouisKV decision checks of engram-gpu-checks)
+# (PHASES=quickchecks: only the recorded-retrieval and LouisKV decision checks of engram-gpu-checks;
+#  besidecheck: the units-beside-the-prefill, offload and recorded-retrieval checks; REPEAT=N timed
+#  runs per bench row, default 1)
 set -uo pipefail
 OUT=${OUT:-/tmp/engram-out}
 R=$OUT/louiskv
@@ -35,6 +37,13 @@ if [[ $PHASES == *quickchecks* ]]; then
   echo "recorded retrieval checks rc=$?"; grep -E "FAIL|TIME" "$R/gpu_checks_recorded.log" | head -20
   echo "PASS $(grep -c PASS "$R/gpu_checks_recorded.log")"
 fi
+if [[ $PHASES == *besidecheck* ]]; then
+  # The prompt's units beside the prefill against after the first token, and the offload check.
+  for c in units_beside_prefill offloaded_working_set recorded_retrieval; do
+    $B/bench/engram-gpu-checks --only $c --json "$R/gpu_checks_$c.json" > "$R/gpu_checks_$c.log" 2>&1
+    echo "$c rc=$?"; grep -E "PASS|FAIL" "$R/gpu_checks_$c.log" | cut -c1-400 | head -6
+  done
+fi
 if [[ $PHASES == *rows* ]]; then
   cover="sinks=4,window=4,budget=4096,full_layers=0"
   for dtype in f32 bf16; do
@@ -51,9 +60,9 @@ if [[ $PHASES == *rows* ]]; then
 fi
 bench() {  # name, timeout, args...
   local name=$1 t=$2; shift 2
-  timeout $t $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --repeat 1 "$@" \
+  timeout $t $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --repeat ${REPEAT:-1} "$@" \
     --json "$R/$name.json" > "$R/$name.log" 2>&1
-  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, k-means rounds/layer {d.get('kmeans_rounds_per_layer','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB, decode peak above the weights {d.get('decode_peak_above_weights_bytes', -2**30)/2**30:.2f} GiB (at its start {(d.get('decode_start_device_bytes', -2**30) - d.get('weight_bytes', 0))/2**30:.2f})\")" "$R/$name.json" 2>/dev/null)"
+  echo "$name rc=$? $(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(f\"{d['per_token_latency_ms']:.2f} ms/token ({d.get('per_token_latency_ms_without_build', float('nan')):.2f} without a build of {d.get('retrieval_build_ms', 0):.0f} ms), retrievals/token {d.get('retrievals_per_token','-')}, k-means rounds/layer {d.get('kmeans_rounds_per_layer','-')}, device KV {d['device_kv_bytes']/2**30:.2f} GiB, decode peak above the weights {d.get('decode_peak_above_weights_bytes', -2**30)/2**30:.2f} GiB (at its start {(d.get('decode_start_device_bytes', -2**30) - d.get('weight_bytes', 0))/2**30:.2f}); TTFT {d.get('time_to_first_token_ms', 0):.0f} ms, request {d.get('request_ms', 0):.0f} ms, layers clustered beside the prefill {d.get('units_beside_prefill_layers', '-')} (worker {d.get('beside_prefill_worker_ms', 0):.0f} ms)\")" "$R/$name.json" 2>/dev/null)"
 }
 if [[ $PHASES == *stridelatency* ]]; then
   # Only full KV and louiskv stride 16 at 32K in / 512 out (the fixed stride's lean recording).
@@ -63,6 +72,9 @@ if [[ $PHASES == *stridelatency* ]]; then
   # The working set's retrieval layers kept on the device while the reply decodes (offload=0;
   # the default on CUDA since 2026-11-27 moves them to host memory).
   [[ $PHASES == *offload* ]] && bench in32k-louiskv-stride16-b1024-resident 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,offload=0
+  # The prompt's clustering and the offload's copies after the first token (overlap=0; the default
+  # since 2026-11-27 makes them beside the prefill).
+  [[ $PHASES == *overlap* ]] && bench in32k-louiskv-stride16-b1024-after 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,overlap=0
   # k-means stopped once a round moves at most MOVED keys per thousand (default: none moves).
   if [[ $PHASES == *moved* ]]; then
     for m in ${MOVED:-10 50}; do

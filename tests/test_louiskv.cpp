@@ -545,6 +545,87 @@ class LouisKvTest : public QObject {
     QCOMPARE(w2.stream_tokens(), w1.stream_tokens());
   }
 
+  // The prompt's units and the offload's copies made layer by layer beside the prefill (the
+  // default) are those made after the first token (overlap=0): the same reply to the last logit,
+  // the same pool, the same working set in host memory, and the next turn too. A prompt split
+  // into blocks hands over only its last block's layers (then final), every retrieval layer once.
+  void promptUnitsBesideThePrefillEqualThoseAfterIt() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    for (const std::string spec :
+         {std::string("louiskv:stride=3,sinks=4,window=8,budget=16,full_layers=1,offload=1"),
+          std::string("louiskv:sinks=4,window=8,budget=16,full_layers=1,offload=0"),
+          std::string("pageretrieval:page=4,sinks=4,window=8,budget=16,full_layers=1")}) {
+      auto beside = make_policy(spec);
+      auto after = make_policy(spec + ",overlap=0");
+      QVERIFY(beside->spec().find("overlap") == std::string::npos);
+      QVERIFY(after->spec().find("overlap=0") != std::string::npos);
+      KvWorkingSet a(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+      KvWorkingSet b(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+      GenerationOptions options = greedy(14);
+      options.prefill_chunk = 24;  // 70 tokens: three blocks
+      std::vector<at::Tensor> la, lb;
+      const auto prompt = test::token_ids(70, 5);
+      options.on_logits = [&](const at::Tensor& l) { la.push_back(l.clone()); };
+      const GenerationResult ra = generate(decoder, *beside, a, {}, prompt, options, {});
+      options.on_logits = [&](const at::Tensor& l) { lb.push_back(l.clone()); };
+      const GenerationResult rb = generate(decoder, *after, b, {}, prompt, options, {});
+      QCOMPARE(ra.tokens, rb.tokens);
+      QCOMPARE(la.size(), lb.size());
+      for (size_t i = 0; i < la.size(); ++i)
+        QVERIFY(la[i].equal(lb[i]));
+      QCOMPARE(ra.retrieval.units_beside_prefill, c.num_layers - 1);
+      QCOMPARE(rb.retrieval.units_beside_prefill, int64_t{0});
+      QCOMPARE(ra.retrieval.kmeans_rounds, rb.retrieval.kmeans_rounds);
+      QCOMPARE(ra.retrieval.retrievals, rb.retrieval.retrievals);
+      QCOMPARE(ra.retrieval.loaded_rows, rb.retrieval.loaded_rows);
+      QCOMPARE(a.cache().host_layers(), b.cache().host_layers());
+      const auto same_kv = [&] {
+        for (int64_t l = 0; l < c.num_layers; ++l)
+          if (!a.cache().keys(l).equal(b.cache().keys(l)) ||
+              !a.cache().values(l).equal(b.cache().values(l)))
+            return false;
+        return a.tokens() == b.tokens();
+      };
+      QVERIFY(same_kv());
+      std::vector<int64_t> history = prompt;
+      history.insert(history.end(), ra.tokens.begin(), ra.tokens.end() - 1);
+      const auto question = test::token_ids(30, 6);
+      options.on_logits = {};
+      const GenerationResult ra2 = generate(decoder, *beside, a, history, question, options, {});
+      const GenerationResult rb2 = generate(decoder, *after, b, history, question, options, {});
+      QCOMPARE(ra2.tokens, rb2.tokens);
+      QCOMPARE(ra2.retrieval.units_beside_prefill, c.num_layers - 1);
+      QVERIFY(same_kv());
+    }
+  }
+
+  // A reply that stops at its first token leaves nothing of the work beside the prefill behind:
+  // no staged layers, the working set on the device, and the next turn as without it.
+  void workBesideThePrefillIsDroppedWhenTheReplyStopsAtOnce() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    const std::string spec = "louiskv:stride=3,sinks=4,window=8,budget=16,full_layers=1,offload=1";
+    auto beside = make_policy(spec);
+    auto after = make_policy(spec + ",overlap=0");
+    KvWorkingSet a(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    KvWorkingSet b(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    const auto prompt = test::token_ids(50, 3);
+    GenerationOptions options = greedy(8);
+    const auto stop_at_once = [](int64_t) { return false; };
+    const GenerationResult ra = generate(decoder, *beside, a, {}, prompt, options, stop_at_once);
+    const GenerationResult rb = generate(decoder, *after, b, {}, prompt, options, stop_at_once);
+    QCOMPARE(ra.tokens.size(), size_t{1});
+    QCOMPARE(ra.tokens, rb.tokens);
+    QCOMPARE(a.cache().host_layers(), int64_t{0});
+    std::vector<int64_t> history = prompt;
+    const auto question = test::token_ids(10, 7);
+    const GenerationResult ra2 = generate(decoder, *beside, a, history, question, options, {});
+    const GenerationResult rb2 = generate(decoder, *after, b, history, question, options, {});
+    QCOMPARE(ra2.tokens, rb2.tokens);
+    QCOMPARE(a.cache().host_layers(), c.num_layers - 1);
+  }
+
   // The layer timeline's retrieval events: one "retrieve" interval on the copy lane of a layer
   // for every retrieval the source made there, with the rows it loaded.
   void retrievalsAreTracedPerLayer() {

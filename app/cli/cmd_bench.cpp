@@ -78,6 +78,7 @@ int run_bench(int argc, char** argv) {
 
   std::vector<double> rates;
   std::vector<double> ttfts;
+  std::vector<double> requests;  // first token + decode, ms
   int64_t peak_kv = 0;
   RetrievalStats retrieval;
   double last_decode_ms = 0, last_decoded = 0;
@@ -130,6 +131,7 @@ int run_bench(int argc, char** argv) {
       if (run >= 0) {
         rates.push_back(r.decode_tokens_per_s);
         ttfts.push_back(r.time_to_first_token_ms);
+        requests.push_back(r.time_to_first_token_ms + r.decode_ms);
       }
     }
   }
@@ -151,6 +153,7 @@ int run_bench(int argc, char** argv) {
   if (mode == "decode") {
     out["decode_tokens"] = decode_tokens;
     out["time_to_first_token_ms"] = median(ttfts);
+    out["request_ms"] = median(requests);  // the prompt and every token of the reply
     // Bytes read per decoded token: every weight but the embedding table (one row is read),
     // plus K and V of the average context length.
     const DecoderWeights& w = decoder.weights();
@@ -184,9 +187,12 @@ int run_bench(int argc, char** argv) {
           static_cast<double>(retrieval.loaded_rows) / static_cast<double>(retrieval.steps);
       out["device_kv_bytes"] = retrieval.device_kv_bytes;
       out["pool_bytes"] = retrieval.pool_bytes;
-      // The source is built after the first token (k-means of every layer's prompt keys), so the
-      // per-token latency above carries it; this one is decoding alone (last run).
+      // The source is built after the first token (k-means of every layer's prompt keys, unless
+      // made beside the prefill: overlap), so the per-token latency above carries it; this one
+      // is decoding alone (last run).
       out["retrieval_build_ms"] = retrieval.build_ms;
+      out["units_beside_prefill_layers"] = retrieval.units_beside_prefill;
+      out["beside_prefill_worker_ms"] = retrieval.beside_prefill_ms;
       out["kmeans_rounds_per_layer"] =
           retrieval.retrieval_layers
               ? static_cast<double>(retrieval.kmeans_rounds) / retrieval.retrieval_layers

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "core/kv/cache_kv_source.h"
+#include "core/kv/prompt_units_beside_prefill.h"
 #include "core/kv/retrieval_kv_source.h"
 #include "core/policies/full_policy.h"
 #include "core/runtime/static_decode_step.h"
@@ -54,12 +55,18 @@ bool shrink_to(MemoryPolicy& policy, KvWorkingSet& ws, const Decoder& decoder, i
   return true;
 }
 
+// Whether the retrieval layers of the working set wait in host memory while a reply decodes.
+bool offloads(const RetrievalSettings& s, const Decoder& decoder) {
+  return s.offload > 0 || (s.offload < 0 && decoder.device().is_cuda());
+}
+
 // One forward of `tokens` at the working set's next positions, with the policy's hooks. The
 // tokens' KV lands in the working set; attention sees it too, or what `retrieval` serves.
 at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                          const std::vector<int64_t>& tokens, ForwardPhase phase, int64_t step,
                          gpu::DeviceTimeline& timeline, TraceRecorder* trace,
-                         RetrievalKvSource* retrieval = nullptr) {
+                         RetrievalKvSource* retrieval = nullptr,
+                         const FinalLayerFn& on_final_layer = {}) {
   RECORD_USER_SCOPE("engram::forward_block");
   const int64_t len = static_cast<int64_t>(tokens.size());
   BlockInfo block;
@@ -75,8 +82,13 @@ at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorking
   for (int64_t i = 0; i < len; ++i)
     req.positions[0][i] = ws.next_position() + i;
   req.probe_rows = policy.probe_rows(block);
-  if (!req.probe_rows.empty() || policy.wants_layers(phase))
-    req.on_layer = [&policy](const LayerView& view) { policy.on_layer(view); };
+  const bool policy_layers = !req.probe_rows.empty() || policy.wants_layers(phase);
+  if (policy_layers || on_final_layer) {
+    req.on_layer = [&](const LayerView& view) {
+      if (policy_layers) policy.on_layer(view);
+      if (on_final_layer) on_final_layer(view.layer, view.kv.keys.select(0, 0));
+    };
+  }
   CacheKvSource source(ws.cache());
   KvSource& attend = retrieval ? static_cast<KvSource&>(*retrieval) : source;
   at::Tensor logits = decoder.forward(req, attend, timeline, trace).logits;
@@ -118,7 +130,8 @@ int64_t next_request_id() {
 
 at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
-                   TraceRecorder* trace, int64_t reserve_when_full) {
+                   TraceRecorder* trace, int64_t reserve_when_full,
+                   const FinalLayerFn& on_final_layer) {
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
   ws.cache().restore_layers();  // layers a retrieving decode left in host memory
   const int64_t max_positions = decoder.config().max_positions;
@@ -164,7 +177,9 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
           positions_error(ws.stream_tokens() + n - begin, max_positions, policy));
     }
     const std::vector<int64_t> block(tokens.begin() + begin, tokens.begin() + begin + len);
-    logits = forward_block(decoder, policy, ws, block, ForwardPhase::kPrefill, 0, timeline, trace);
+    const bool last = begin + len >= n;
+    logits = forward_block(decoder, policy, ws, block, ForwardPhase::kPrefill, 0, timeline, trace,
+                           nullptr, last ? on_final_layer : FinalLayerFn{});
     if (!when_full && policy.budget() > 0 && ws.tokens() > policy.budget()) {
       if (!patch.empty()) score_with_patch(decoder, policy, ws, patch, timeline, trace);
       shrink_to(policy, ws, decoder, policy.budget(), trace);
@@ -212,6 +227,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
   // over the working set; every token still lands in the working set, which stays exact.
   RetrievalPolicy* const retrieval = policy.decode_retrieval();
   std::unique_ptr<RetrievalKvSource> retrieving;
+  std::unique_ptr<PromptUnitsBesidePrefill> beside;
   at::Tensor logits;
   if (retrieval && retrieval->settings().prompt_by_decode && ws.tokens() > 0 &&
       ws.next_position() + static_cast<int64_t>(new_tokens.size()) <= config.max_positions) {
@@ -226,8 +242,18 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
                    .view({-1});
     }
   } else {
+    // The prompt's units (and the offload's copies) layer by layer beside the prefill, when the
+    // prefill leaves the working set as it is.
+    if (retrieval && retrieval->settings().overlap_prefill && !bounded && room > 1)
+      beside = std::make_unique<PromptUnitsBesidePrefill>(*retrieval, ws.cache(),
+                                                          offloads(retrieval->settings(), decoder));
+    FinalLayerFn on_final_layer;
+    if (beside)
+      on_final_layer = [&](int64_t layer, const at::Tensor& keys) {
+        beside->layer_ready(layer, keys);
+      };
     logits = prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get(),
-                     options.evict_when_full ? room : -1);
+                     options.evict_when_full ? room : -1, on_final_layer);
   }
   // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h) over the
   // working set's fixed slots, whatever the policy keeps there, and with decode-time retrieval
@@ -302,12 +328,20 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
       if (!retrieving || full) {
         if (static_step) static_step->attach(nullptr);
         if (retrieving) result.retrieval.add(retrieving->stats());
+        // What was made beside the prefill serves the first source only (a plan since changes
+        // the slots).
+        PromptUnitsBesidePrefill::Built built;
+        if (beside) {
+          built = beside->finish();
+          beside.reset();
+          if (full || built.tokens != ws.tokens()) built = {};
+        }
         // offload: the retrieval layers' copy to host memory runs on a side stream beside the
-        // source's build (which reads them); once built, attention reads those layers from the
-        // source and the working set only receives each new token there.
+        // source's build (which reads them), unless it ran beside the prefill; once built,
+        // attention reads those layers from the source and the working set only receives each
+        // new token there.
         std::optional<gpu::StreamFork> staging;
-        const int64_t offload = retrieval->settings().offload;
-        if (offload > 0 || (offload < 0 && decoder.device().is_cuda())) {
+        if (offloads(retrieval->settings(), decoder) && !built.staged) {
           std::vector<int64_t> moved;
           for (int64_t li = retrieval->settings().full_layers; li < config.num_layers; ++li)
             moved.push_back(li);
@@ -315,11 +349,10 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
           staging->run([&] { ws.cache().stage_layers_to_host(moved); });
         }
         retrieving = std::make_unique<RetrievalKvSource>(*retrieval, ws.cache(), room - step - 1,
-                                                         &ws.cache());
-        if (staging) {
-          staging->join();
-          ws.cache().use_staged_layers();
-        }
+                                                         &ws.cache(), &built.units);
+        if (staging) staging->join();
+        if (staging || built.staged) ws.cache().use_staged_layers();
+        retrieving->note_beside_prefill_ms(built.worker_ms);
       }
       // More units than the recorded selection sorts: the per-layer path from here on (the
       // source's state is the same either way).

@@ -90,10 +90,15 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
 // Prefills `tokens` into the working set in blocks under `policy` and returns the last position's
 // logits [vocab] (f32). `reserve_when_full` >= 0 (a fixed working set only): evict only when
 // full, keeping room for that many tokens after the last block (GenerationOptions::
-// evict_when_full); -1: shrink to the budget after every block past it.
+// evict_when_full); -1: shrink to the budget after every block past it. `on_final_layer` (may be
+// empty): called during the last block once a layer's KV is written, with the layer and its keys
+// [H, n, d] over the working set's n slots after the block (they are final when the policy keeps
+// every token).
+using FinalLayerFn = std::function<void(int64_t layer, const at::Tensor& keys)>;
 at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& working_set,
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
-                   TraceRecorder* trace, int64_t reserve_when_full = -1);
+                   TraceRecorder* trace, int64_t reserve_when_full = -1,
+                   const FinalLayerFn& on_final_layer = {});
 
 // Full KV over a plain cache (the behaviour before policies): appends `new_tokens` (row 0) to
 // `cache` and generates. `history` is everything already in the

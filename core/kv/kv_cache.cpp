@@ -37,6 +37,11 @@ void KvCache::move_layers_to_host(const std::vector<int64_t>& layers) {
 }
 
 void KvCache::stage_layers_to_host(const std::vector<int64_t>& layers) {
+  for (int64_t l : begin_staging(layers))
+    stage_layer(l);
+}
+
+std::vector<int64_t> KvCache::begin_staging(const std::vector<int64_t>& layers) {
   std::vector<int64_t> moving;
   for (int64_t l : layers) {
     if (l < 0 || l >= shape_.layers)
@@ -47,19 +52,29 @@ void KvCache::stage_layers_to_host(const std::vector<int64_t>& layers) {
   }
   staged_layer_ids_.clear();
   staged_slab_ = at::Tensor();
-  if (moving.empty()) return;
+  if (moving.empty()) return moving;
   // One slab for every moved layer: a pinned allocation per layer would round each up to a power
   // of two in PyTorch's host allocator.
   const auto n = static_cast<int64_t>(moving.size());
-  at::Tensor slab =
+  staged_slab_ =
       gpu::empty_pinned({2, n, batch_, shape_.kv_heads, capacity_, shape_.head_dim}, dtype_);
-  for (int64_t i = 0; i < n; ++i) {
-    const auto l = static_cast<size_t>(moving[static_cast<size_t>(i)]);
-    slab[0][i].copy_(keys_[l], /*non_blocking=*/true);
-    slab[1][i].copy_(values_[l], /*non_blocking=*/true);
-  }
-  staged_layer_ids_ = std::move(moving);
-  staged_slab_ = slab;
+  staged_layer_ids_ = moving;
+  return moving;
+}
+
+void KvCache::stage_layer(int64_t layer) {
+  const auto at = std::find(staged_layer_ids_.begin(), staged_layer_ids_.end(), layer);
+  if (at == staged_layer_ids_.end())
+    throw std::logic_error("KvCache: layer " + std::to_string(layer) + " is not being staged");
+  const auto row = static_cast<int64_t>(at - staged_layer_ids_.begin());
+  const auto l = static_cast<size_t>(layer);
+  staged_slab_[0][row].copy_(keys_[l], /*non_blocking=*/true);
+  staged_slab_[1][row].copy_(values_[l], /*non_blocking=*/true);
+}
+
+void KvCache::drop_staged() {
+  staged_layer_ids_.clear();
+  staged_slab_ = at::Tensor();
 }
 
 void KvCache::use_staged_layers() {

@@ -57,6 +57,13 @@ class KvCache {
   // switches to the slab once those copies are ordered before the current stream's work (joined).
   // Nothing may write the staged layers in between.
   void stage_layers_to_host(const std::vector<int64_t>& layers);
+  // stage_layers_to_host in steps, a layer as soon as its KV is final (LouisKV's prefill, from
+  // a gpu::SideWorker): begin_staging allocates the slab, stage_layer copies one of its layers.
+  // Returns the layers staged (those not in host memory already).
+  std::vector<int64_t> begin_staging(const std::vector<int64_t>& layers);
+  void stage_layer(int64_t layer);
+  // Forgets a staging that will not be used (its slab is freed once its copies are done).
+  void drop_staged();
   void use_staged_layers();
   // Every moved layer back in device memory (one copy from the slab); a no-op when none is.
   void restore_layers();

@@ -40,8 +40,14 @@ int64_t bytes(const at::Tensor& t) {
 
 }  // namespace
 
+at::Tensor retrieval_prompt_keys(const at::Tensor& layer_keys, int64_t sinks) {
+  const int64_t n = layer_keys.size(1), s = std::min(sinks, n);
+  return layer_keys.narrow(1, s, n - s);
+}
+
 RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& working,
-                                     int64_t max_new_tokens, KvCache* mirror)
+                                     int64_t max_new_tokens, KvCache* mirror,
+                                     const std::vector<PromptUnits>* ready)
     : policy_(policy), mirror_(mirror), max_new_(max_new_tokens) {
   const auto t0 = std::chrono::steady_clock::now();
   const RetrievalSettings& s = policy.settings();
@@ -96,8 +102,16 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     int64_t prompt_units = 0;
     PromptUnits units;
     if (prompt > 0) {
-      const at::Tensor pk = keys.narrow(1, sinks_, prompt), pv = values.narrow(1, sinks_, prompt);
-      units = policy_.prompt_units(li, pk);
+      const at::Tensor pk = retrieval_prompt_keys(keys, s.sinks),
+                       pv = retrieval_prompt_keys(values, s.sinks);
+      const PromptUnits* made =
+          ready && li < static_cast<int64_t>(ready->size()) ? &(*ready)[li] : nullptr;
+      if (made && made->order.defined() && made->order.size(1) == prompt) {
+        units = *made;
+        ++stats_.units_beside_prefill;
+      } else {
+        units = policy_.prompt_units(li, pk);
+      }
       stats_.kmeans_rounds += units.kmeans_rounds;
       const at::Tensor order = units.order.to(keys.device()).unsqueeze(-1).expand({-1, -1, dim});
       write_rows(li, 0, pk.gather(1, order), pv.gather(1, order), 0, prompt);

@@ -69,6 +69,10 @@ struct RetrievalStats {
   // which the generator does after the first token, inside the decode time.
   double build_ms = 0;
   int64_t kmeans_rounds = 0;  // LouisKV: k-means rounds, summed over the retrieval layers
+  // Layers whose units were made beside the prefill (not in build_ms), and the host time that
+  // took on the side worker.
+  int64_t units_beside_prefill = 0;
+  double beside_prefill_ms = 0;
   // Adds a later source's counts (the runner rebuilds the pool after a plan).
   void add(const RetrievalStats& o) {
     steps += o.steps;
@@ -83,6 +87,8 @@ struct RetrievalStats {
     wait_ms += o.wait_ms;
     build_ms += o.build_ms;
     kmeans_rounds += o.kmeans_rounds;
+    units_beside_prefill += o.units_beside_prefill;
+    beside_prefill_ms += o.beside_prefill_ms;
   }
   // Retrievals per retrieval layer and decode step.
   double retrievals_per_token() const {
@@ -90,18 +96,26 @@ struct RetrievalStats {
   }
 };
 
+// The keys a source turns into a layer's prompt units: those after the sinks. `layer_keys`
+// [H, n, d], the layer's first n slots; returns [H, n - min(sinks, n), d].
+at::Tensor retrieval_prompt_keys(const at::Tensor& layer_keys, int64_t sinks);
+
 class RetrievalKvSource : public KvSource {
  public:
   // `working`: row 0 holds the prompt (its tokens() slots). `max_new_tokens`: decode steps this
   // source serves. `mirror` (may be null) receives every fresh token as a CacheKvSource would.
+  // `ready` (may be null): units already made from the same working set, per layer (undefined
+  // `order`: make them here), e.g. beside the prefill (core/kv/prompt_units_beside_prefill.h).
   RetrievalKvSource(RetrievalPolicy& policy, const KvCache& working, int64_t max_new_tokens,
-                    KvCache* mirror);
+                    KvCache* mirror, const std::vector<PromptUnits>* ready = nullptr);
 
   void begin_forward(const ForwardContext& ctx) override;
   AttendKv layer_kv(int64_t layer, const FreshKv& fresh, const ForwardContext& ctx) override;
   void end_forward(const ForwardContext& ctx) override;
 
   const RetrievalStats& stats() const { return stats_; }
+  // The side worker's host time for the units it made beside the prefill (stats only).
+  void note_beside_prefill_ms(double ms) { stats_.beside_prefill_ms += ms; }
   const std::vector<RetrievalEvent>& events() const { return events_; }
   int64_t steps_left() const { return max_new_ - step_; }
   // The recorded step's side (see the top of this file). recordable(): the policy decides on the

@@ -67,6 +67,7 @@ std::string LouisKvPolicy::spec() const {
   if (settings_.full_layers != 2) s += ",full_layers=" + std::to_string(settings_.full_layers);
   if (settings_.prompt_by_decode) s += ",prompt=1";
   if (settings_.offload >= 0) s += ",offload=" + std::to_string(settings_.offload);
+  if (!settings_.overlap_prefill) s += ",overlap=0";
   return s;
 }
 

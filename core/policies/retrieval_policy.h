@@ -31,6 +31,11 @@ struct RetrievalSettings {
   // pool). They come back to the device when the working set is next prefilled or replanned.
   // -1 (default): on CUDA devices; 0: never; 1: always (off CUDA: the same bookkeeping).
   int64_t offload = -1;
+  // The prompt's units (LouisKV's k-means per layer, Quest's pages) and the move of each layer to
+  // host memory are made layer by layer beside the prefill of an unbounded working set (LouisKV
+  // §4: "asynchronously with the prefill forward pass"; core/kv/prompt_units_beside_prefill.h),
+  // not after the first token. False (`overlap=0`): after the first token, as before 2026-11-27.
+  bool overlap_prefill = true;
 };
 
 // A layer's prompt KV as units: pool row j of head h holds the prompt token order[h][j]
