@@ -65,10 +65,12 @@ struct SideWorker::Impl {
   }
 };
 
-SideWorker::SideWorker(at::Device device) : impl_(std::make_unique<Impl>(device)) {
+SideWorker::SideWorker(at::Device device, bool high_priority)
+    : impl_(std::make_unique<Impl>(device)) {
 #ifdef ENGRAM_WITH_CUDA
-  if (device.is_cuda()) impl_->stream = c10::cuda::getStreamFromPool(false, device.index());
+  if (device.is_cuda()) impl_->stream = c10::cuda::getStreamFromPool(high_priority, device.index());
 #endif
+  (void)high_priority;
   impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
 }
 

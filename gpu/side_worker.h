@@ -24,7 +24,10 @@ namespace engram::gpu {
 
 class SideWorker {
  public:
-  explicit SideWorker(at::Device device);
+  // High priority: the side stream's blocks are scheduled before the default streams' as SMs
+  // free up, so work that a host loop waits on between kernels does not queue behind a prefill's
+  // long GEMMs (k-means beside a 32K prefill took 64 ms a layer at default priority, 13 alone).
+  explicit SideWorker(at::Device device, bool high_priority = true);
   ~SideWorker();  // waits for the queued work; its errors are dropped
   SideWorker(const SideWorker&) = delete;
   SideWorker& operator=(const SideWorker&) = delete;

@@ -193,12 +193,16 @@ int run_bench(int argc, char** argv) {
       out["retrieval_build_ms"] = retrieval.build_ms;
       out["units_beside_prefill_layers"] = retrieval.units_beside_prefill;
       out["beside_prefill_worker_ms"] = retrieval.beside_prefill_ms;
+      out["beside_prefill_wait_ms"] = retrieval.beside_prefill_wait_ms;
       out["kmeans_rounds_per_layer"] =
           retrieval.retrieval_layers
               ? static_cast<double>(retrieval.kmeans_rounds) / retrieval.retrieval_layers
               : 0.0;
       out["per_token_latency_ms_without_build"] =
-          last_decoded > 0 ? (last_decode_ms - retrieval.build_ms) / last_decoded : 0.0;
+          last_decoded > 0
+              ? (last_decode_ms - retrieval.build_ms - retrieval.beside_prefill_wait_ms) /
+                    last_decoded
+              : 0.0;
       out["recorded_steps"] = retrieval.recorded_steps;
       out["recorded_host_ms_per_token"] =
           retrieval.recorded_steps ? retrieval.host_ms / double(retrieval.recorded_steps) : 0.0;

@@ -352,7 +352,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
                                                          &ws.cache(), &built.units);
         if (staging) staging->join();
         if (staging || built.staged) ws.cache().use_staged_layers();
-        retrieving->note_beside_prefill_ms(built.worker_ms);
+        retrieving->note_beside_prefill(built.worker_ms, built.wait_ms);
       }
       // More units than the recorded selection sorts: the per-layer path from here on (the
       // source's state is the same either way).

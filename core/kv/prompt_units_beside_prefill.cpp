@@ -59,6 +59,7 @@ void PromptUnitsBesidePrefill::layer_ready(int64_t layer, const at::Tensor& keys
 
 PromptUnitsBesidePrefill::Built PromptUnitsBesidePrefill::finish() {
   finished_ = true;
+  const auto t0 = std::chrono::steady_clock::now();
   try {
     worker_.join();
   } catch (...) {
@@ -70,6 +71,8 @@ PromptUnitsBesidePrefill::Built PromptUnitsBesidePrefill::finish() {
       worker_.hand_over(t);
   }
   built_.staged = stage_ && staged_ == layers_ - full_layers_;
+  built_.wait_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return std::move(built_);
 }
 

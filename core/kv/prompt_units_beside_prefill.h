@@ -40,6 +40,7 @@ class PromptUnitsBesidePrefill {
     int64_t layers = 0;              // layers whose units were built
     bool staged = false;   // every retrieval layer is in the host slab: use_staged_layers()
     double worker_ms = 0;  // host time of the worker's tasks (beside the prefill)
+    double wait_ms = 0;    // what finish() waited for them (after the prefill)
   };
   // Waits for the worker and orders the current stream after its device work; rethrows its error.
   Built finish();

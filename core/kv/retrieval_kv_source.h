@@ -73,6 +73,7 @@ struct RetrievalStats {
   // took on the side worker.
   int64_t units_beside_prefill = 0;
   double beside_prefill_ms = 0;
+  double beside_prefill_wait_ms = 0;  // what the first decode step waited for the worker
   // Adds a later source's counts (the runner rebuilds the pool after a plan).
   void add(const RetrievalStats& o) {
     steps += o.steps;
@@ -89,6 +90,7 @@ struct RetrievalStats {
     kmeans_rounds += o.kmeans_rounds;
     units_beside_prefill += o.units_beside_prefill;
     beside_prefill_ms += o.beside_prefill_ms;
+    beside_prefill_wait_ms += o.beside_prefill_wait_ms;
   }
   // Retrievals per retrieval layer and decode step.
   double retrievals_per_token() const {
@@ -114,8 +116,12 @@ class RetrievalKvSource : public KvSource {
   void end_forward(const ForwardContext& ctx) override;
 
   const RetrievalStats& stats() const { return stats_; }
-  // The side worker's host time for the units it made beside the prefill (stats only).
-  void note_beside_prefill_ms(double ms) { stats_.beside_prefill_ms += ms; }
+  // The side worker's host time for the units it made beside the prefill, and how long the
+  // first decode step waited for it (stats only).
+  void note_beside_prefill(double worker_ms, double wait_ms) {
+    stats_.beside_prefill_ms += worker_ms;
+    stats_.beside_prefill_wait_ms += wait_ms;
+  }
   const std::vector<RetrievalEvent>& events() const { return events_; }
   int64_t steps_left() const { return max_new_ - step_; }
   // The recorded step's side (see the top of this file). recordable(): the policy decides on the
