@@ -75,6 +75,11 @@ if [[ $PHASES == *stridelatency* ]]; then
   # The prompt's clustering and the offload's copies after the first token (overlap=0; the default
   # since 2026-11-27 makes them beside the prefill).
   [[ $PHASES == *overlap* ]] && bench in32k-louiskv-stride16-b1024-after 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,overlap=0
+  # Both orders with the working set resident (no copies to host memory beside the prefill).
+  if [[ $PHASES == *overlapresident* ]]; then
+    bench in32k-louiskv-stride16-b1024-resident 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,offload=0
+    bench in32k-louiskv-stride16-b1024-resident-after 150 $L --policy louiskv:stride=16,sinks=64,window=256,budget=1024,offload=0,overlap=0
+  fi
   # k-means stopped once a round moves at most MOVED keys per thousand (default: none moves).
   if [[ $PHASES == *moved* ]]; then
     for m in ${MOVED:-10 50}; do
