@@ -860,6 +860,36 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
   return out;
 }
 
+// A greedy two-turn conversation under a retrieval policy spec on qwen2.5-0.5b's shape (f32,
+// 4 layers, CUDA): 900 prompt tokens (prefilled in blocks of 512) and 96 out, then a 40-token
+// question and 32 out; every step's logits kept (the offload and beside-the-prefill checks).
+struct TwoTurnRun {
+  std::unique_ptr<MemoryPolicy> policy;
+  std::unique_ptr<KvWorkingSet> ws;
+  std::vector<at::Tensor> logits;
+  GenerationResult first, second;
+};
+TwoTurnRun two_turn_run(const Decoder& d, const std::string& spec) {
+  const ModelConfig& c = d.config();
+  const KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim};
+  const std::vector<int64_t> prompt = spread_ids(900, 3, 7919),
+                             question = spread_ids(40, 5, 104729);
+  TwoTurnRun r;
+  r.policy = make_policy(spec);
+  r.ws = std::make_unique<KvWorkingSet>(shape, 0, d.dtype(), d.device(), c.max_positions);
+  GenerationOptions options;
+  options.max_new_tokens = 96;
+  options.stop_at_eos = false;
+  options.sampling.temperature = 0;
+  options.on_logits = [&](const at::Tensor& l) { r.logits.push_back(l.cpu()); };
+  r.first = generate(d, *r.policy, *r.ws, {}, prompt, options, {});
+  std::vector<int64_t> history = prompt;
+  history.insert(history.end(), r.first.tokens.begin(), r.first.tokens.end() - 1);
+  options.max_new_tokens = 32;
+  r.second = generate(d, *r.policy, *r.ws, history, question, options, {});
+  return r;
+}
+
 // offload=1 through generate() on CUDA (the recorded step writes each token's KV of the retrieval
 // layers into page-locked host memory through unified addressing): the same greedy tokens and
 // logits, the same working set (read in place and after restore_layers()), the same next turn,
@@ -869,33 +899,9 @@ nlohmann::json check_offloaded_working_set(bool& ok) {
   const Decoder& d = *m.decoder;
   const ModelConfig& c = d.config();
   const KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim};
-  const std::vector<int64_t> prompt = spread_ids(900, 3, 7919),
-                             question = spread_ids(40, 5, 104729);
-  struct Run {
-    std::unique_ptr<MemoryPolicy> policy;
-    std::unique_ptr<KvWorkingSet> ws;
-    std::vector<at::Tensor> logits;
-    GenerationResult first, second;
-  };
-  const auto run = [&](const std::string& spec) {
-    Run r;
-    r.policy = make_policy(spec);
-    r.ws = std::make_unique<KvWorkingSet>(shape, 0, d.dtype(), d.device(), c.max_positions);
-    GenerationOptions options;
-    options.max_new_tokens = 96;
-    options.stop_at_eos = false;
-    options.sampling.temperature = 0;
-    options.on_logits = [&](const at::Tensor& l) { r.logits.push_back(l.cpu()); };
-    r.first = generate(d, *r.policy, *r.ws, {}, prompt, options, {});
-    std::vector<int64_t> history = prompt;
-    history.insert(history.end(), r.first.tokens.begin(), r.first.tokens.end() - 1);
-    options.max_new_tokens = 32;
-    r.second = generate(d, *r.policy, *r.ws, history, question, options, {});
-    return r;
-  };
   const std::string spec = "louiskv:stride=4,sinks=16,window=32,budget=128,full_layers=1";
-  Run resident = run(spec + ",offload=0");
-  Run offloaded = run(spec + ",offload=1");
+  TwoTurnRun resident = two_turn_run(d, spec + ",offload=0");
+  TwoTurnRun offloaded = two_turn_run(d, spec + ",offload=1");
   double logit_diff = 0;
   for (size_t i = 0; i < std::min(resident.logits.size(), offloaded.logits.size()); ++i)
     logit_diff =
@@ -971,34 +977,9 @@ nlohmann::json check_units_beside_prefill(bool& ok) {
   LoadedModel m = load_model({"", "qwen2.5-0.5b", 4}, choose_device("cuda", "f32"), {});
   const Decoder& d = *m.decoder;
   const ModelConfig& c = d.config();
-  const KvCacheShape shape{c.num_layers, c.num_kv_heads, c.head_dim};
-  const std::vector<int64_t> prompt = spread_ids(900, 3, 7919),
-                             question = spread_ids(40, 5, 104729);
-  struct Run {
-    std::unique_ptr<MemoryPolicy> policy;
-    std::unique_ptr<KvWorkingSet> ws;
-    std::vector<at::Tensor> logits;
-    GenerationResult first, second;
-  };
-  const auto run = [&](const std::string& spec) {
-    Run r;
-    r.policy = make_policy(spec);
-    r.ws = std::make_unique<KvWorkingSet>(shape, 0, d.dtype(), d.device(), c.max_positions);
-    GenerationOptions options;
-    options.max_new_tokens = 96;
-    options.stop_at_eos = false;
-    options.sampling.temperature = 0;
-    options.on_logits = [&](const at::Tensor& l) { r.logits.push_back(l.cpu()); };
-    r.first = generate(d, *r.policy, *r.ws, {}, prompt, options, {});
-    std::vector<int64_t> history = prompt;
-    history.insert(history.end(), r.first.tokens.begin(), r.first.tokens.end() - 1);
-    options.max_new_tokens = 32;
-    r.second = generate(d, *r.policy, *r.ws, history, question, options, {});
-    return r;
-  };
   const std::string spec = "louiskv:stride=4,sinks=16,window=32,budget=128,full_layers=1";
-  Run beside = run(spec);
-  Run after = run(spec + ",overlap=0");
+  const TwoTurnRun beside = two_turn_run(d, spec);
+  const TwoTurnRun after = two_turn_run(d, spec + ",overlap=0");
   double logit_diff = 0;
   for (size_t i = 0; i < std::min(beside.logits.size(), after.logits.size()); ++i)
     logit_diff =
