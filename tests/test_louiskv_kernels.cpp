@@ -18,6 +18,7 @@
 #include "gpu/key_kmeans.h"
 #include "gpu/page_gather.h"
 #include "gpu/row_gather.h"
+#include "gpu/side_worker.h"
 
 using namespace engram;
 
@@ -74,6 +75,36 @@ class LouisKvKernelsTest : public QObject {
   Q_OBJECT
 
  private Q_SLOTS:
+  // The side worker that clusters beside the prefill (gpu/side_worker.h): works run in order and
+  // see what the caller wrote before submitting; after a failure the rest is skipped and join()
+  // rethrows it; nothing is submitted after join().
+  void sideWorkerRunsInOrderAndRethrows() {
+    std::vector<int64_t> seen;
+    at::Tensor shared = at::zeros({4});
+    {
+      gpu::SideWorker worker(at::kCPU);
+      for (int64_t i = 0; i < 4; ++i) {
+        shared[i] = static_cast<double>(i + 1);
+        worker.submit([&, i] { seen.push_back(shared[i].item<int64_t>()); });
+      }
+      worker.join();
+      QCOMPARE(seen, (std::vector<int64_t>{1, 2, 3, 4}));
+      QVERIFY_EXCEPTION_THROWN(worker.submit([] {}), std::logic_error);
+    }
+    gpu::SideWorker failing(at::kCPU);
+    seen.clear();
+    failing.submit([&] { seen.push_back(1); });
+    failing.submit([] { throw std::runtime_error("no room"); });
+    failing.submit([&] { seen.push_back(3); });
+    QVERIFY_EXCEPTION_THROWN(failing.join(), std::runtime_error);
+    QCOMPARE(seen, (std::vector<int64_t>{1}));
+    {
+      gpu::SideWorker unjoined(at::kCPU);  // its destructor waits for the work
+      unjoined.submit([&] { seen.push_back(2); });
+    }
+    QCOMPARE(seen, (std::vector<int64_t>{1, 2}));
+  }
+
   void assignmentIsTheBruteForceArgmax() {
     for (auto dtype : {at::kFloat, at::kBFloat16}) {
       at::manual_seed(7);
