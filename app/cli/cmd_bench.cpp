@@ -83,6 +83,8 @@ int run_bench(int argc, char** argv) {
   RetrievalStats retrieval;
   double last_decode_ms = 0, last_decoded = 0;
   int64_t decode_peak_bytes = -1, decode_start_bytes = -1;
+  int64_t restore_layers = 0, restore_bytes = 0;
+  double restore_ms = 0;
   for (int64_t run = -1; run < repeat; ++run) {  // run -1 warms up kernels and the allocator
     const bool last = run == repeat - 1;
     // Full KV preallocates the whole request (as before policies); a bounded policy gets its
@@ -128,6 +130,20 @@ int run_bench(int argc, char** argv) {
       last_decoded = static_cast<double>(r.tokens.size()) - 1;
       decode_peak_bytes = r.decode_peak_device_bytes;
       decode_start_bytes = r.decode_start_device_bytes;
+      // What the next turn pays first when the working set waited in host memory (offload):
+      // its layers' copy back to the device (last run).
+      if (last && ws.cache().host_layers() > 0) {
+        restore_layers = ws.cache().host_layers();
+        gpu::synchronize(decoder.device());
+        const auto t0 = std::chrono::steady_clock::now();
+        ws.cache().restore_layers();
+        gpu::synchronize(decoder.device());
+        restore_ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+        restore_bytes = restore_layers * 2 * ws.cache().capacity() * c.num_kv_heads * c.head_dim *
+                        static_cast<int64_t>(at::elementSize(decoder.dtype()));
+      }
       if (run >= 0) {
         rates.push_back(r.decode_tokens_per_s);
         ttfts.push_back(r.time_to_first_token_ms);
@@ -194,6 +210,13 @@ int run_bench(int argc, char** argv) {
       out["units_beside_prefill_layers"] = retrieval.units_beside_prefill;
       out["beside_prefill_worker_ms"] = retrieval.beside_prefill_ms;
       out["beside_prefill_wait_ms"] = retrieval.beside_prefill_wait_ms;
+      // The copy of the layers that waited in host memory back to the device (the next turn's
+      // first work), and its rate.
+      out["restore_layers"] = restore_layers;
+      out["restore_ms"] = restore_ms;
+      out["restore_bytes"] = restore_bytes;
+      out["restore_gbps"] =
+          restore_ms > 0 ? static_cast<double>(restore_bytes) / restore_ms / 1e6 : 0.0;
       out["kmeans_rounds_per_layer"] =
           retrieval.retrieval_layers
               ? static_cast<double>(retrieval.kmeans_rounds) / retrieval.retrieval_layers
