@@ -5,15 +5,18 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "gpu/env_flag.h"
 #include "gpu/page_gather.h"
 
 namespace engram::gpu {
 namespace {
 
-// 32 blocks of 512 threads keep ~256 KiB of loads in flight: pinned reads reach 79-90 % of a
-// contiguous cudaMemcpy's PCIe rate on an H100 (42.8-48.8 of 54 GB/s, bench pages,
-// 2026-11-25), on a quarter of its SMs.
+// 32 blocks of 512 threads: with one load in flight per thread (~256 KiB) pinned reads reached
+// 79-90 % of a contiguous cudaMemcpy's PCIe rate on an H100 (42.8-48.8 of 54 GB/s, bench pages,
+// 2026-11-25), on a quarter of its SMs; each thread now keeps kLoadsInFlight loads in flight.
 constexpr int64_t kGatherBlocks = 32;
+// Loads a thread keeps in flight (below).
+constexpr int kLoadsInFlight = 4;
 
 // Work item = (page, k/v, head): counts[i] rows of `row_vecs` 16-byte vectors from the page's
 // row first_rows[i] (0 without first_rows),
@@ -21,7 +24,7 @@ constexpr int64_t kGatherBlocks = 32;
 // kToSlab, written from the working set into the slab. A few blocks stride over the items:
 // enough loads in flight to fill PCIe, while the compute stream's kernels keep most SMs (one
 // block per item slowed the overlapped forward down).
-template <bool kToSlab>
+template <bool kToSlab, int kInFlight>
 __global__ void page_copy_kernel(uint4* slab, uint4* keys, uint4* values, const int64_t* pages,
                                  const int64_t* slots, const int64_t* counts,
                                  const int64_t* first_rows, int64_t items, int64_t heads,
@@ -41,13 +44,24 @@ __global__ void page_copy_kernel(uint4* slab, uint4* keys, uint4* values, const 
                   ((kv * heads + head) * tokens + first) * row_vecs;
     uint4* ws = (kv == 0 ? keys : values) + head * head_stride_vecs + slot * row_vecs;
     const int64_t n = count * row_vecs;  // the page's rows are contiguous at both ends
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-      if constexpr (kToSlab) {
-        page[j] = ws[j];
-      } else {
-        ws[j] = page[j];
-      }
+    const uint4* from = kToSlab ? ws : page;
+    uint4* to = kToSlab ? page : ws;
+    // kInFlight loads issued before their stores: a thread keeps that many 16-byte reads in
+    // flight over PCIe instead of one (a store would otherwise come before the next load, as the
+    // two pointers may alias).
+    const int64_t step = blockDim.x;
+    int64_t j = threadIdx.x;
+    for (; j + (kInFlight - 1) * step < n; j += kInFlight * step) {
+      uint4 v[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u)
+        v[u] = from[j + u * step];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u)
+        to[j + u * step] = v[u];
     }
+    for (; j < n; j += step)
+      to[j] = from[j];
   }
 }
 
@@ -82,7 +96,12 @@ bool launch_page_copy(const at::Tensor& keys, const at::Tensor& values, const at
   const int64_t head_stride_vecs = keys.stride(0) * elt / 16;
   const int64_t items = n * 2 * heads;
   const int64_t blocks = std::min<int64_t>(items, kGatherBlocks);
-  page_copy_kernel<kToSlab><<<blocks, 512, 0, at::cuda::getCurrentCUDAStream()>>>(
+  // ENGRAM_PAGE_COPY_ONE_LOAD=1: one load in flight per thread (the kernel before 2026-11-27
+  // session 13), the peer the benchmarks measure in the same build.
+  static const bool one_load = env_flag("ENGRAM_PAGE_COPY_ONE_LOAD");
+  const auto kernel =
+      one_load ? page_copy_kernel<kToSlab, 1> : page_copy_kernel<kToSlab, kLoadsInFlight>;
+  kernel<<<blocks, 512, 0, at::cuda::getCurrentCUDAStream()>>>(
       static_cast<uint4*>(mapped), static_cast<uint4*>(keys.data_ptr()),
       static_cast<uint4*>(values.data_ptr()), pages.data_ptr<int64_t>(), slots.data_ptr<int64_t>(),
       counts.data_ptr<int64_t>(), first_rows.defined() ? first_rows.data_ptr<int64_t>() : nullptr,
