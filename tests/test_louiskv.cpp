@@ -543,6 +543,10 @@ class LouisKvTest : public QObject {
     QCOMPARE(r2.tokens, r1.tokens);
     QCOMPARE(w2.cache().host_layers(), c.num_layers - 1);
     QCOMPARE(w2.stream_tokens(), w1.stream_tokens());
+    // A bounded prefill plans after its blocks: its source's units are made after the first
+    // token, never beside the prefill.
+    QCOMPARE(r2.retrieval.units_beside_prefill, int64_t{0});
+    QVERIFY(r2.retrieval.retrieval_layers > 0);
   }
 
   // The prompt's units and the offload's copies made layer by layer beside the prefill (the
