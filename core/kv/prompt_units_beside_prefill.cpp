@@ -45,7 +45,7 @@ void PromptUnitsBesidePrefill::layer_ready(int64_t layer, const at::Tensor& keys
         working_.begin_staging(moving);
         began_ = true;
       }
-      working_.stage_layer(layer);  // the copy engine works while the clustering computes
+      working_.stage_layer(layer);  // queued before the clustering on the worker's stream
       ++staged_;
     }
     if (prompt.size(1) > 0) {
