@@ -342,9 +342,8 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
         // new token there.
         std::optional<gpu::StreamFork> staging;
         if (offloads(retrieval->settings(), decoder) && !built.staged) {
-          std::vector<int64_t> moved;
-          for (int64_t li = retrieval->settings().full_layers; li < config.num_layers; ++li)
-            moved.push_back(li);
+          const std::vector<int64_t> moved =
+              retrieval_layer_ids(retrieval->settings(), config.num_layers);
           staging.emplace(decoder.device());
           staging->run([&] { ws.cache().stage_layers_to_host(moved); });
         }

@@ -39,10 +39,7 @@ void PromptUnitsBesidePrefill::layer_ready(int64_t layer, const at::Tensor& keys
     if (stage_) {
       if (!began_) {
         // The slab is allocated here, off the prefill's thread (page-locking GBs takes time).
-        std::vector<int64_t> moving;
-        for (int64_t l = full_layers_; l < layers_; ++l)
-          moving.push_back(l);
-        working_.begin_staging(moving);
+        working_.begin_staging(retrieval_layer_ids(policy_.settings(), layers_));
         began_ = true;
       }
       working_.stage_layer(layer);  // queued before the clustering on the worker's stream
@@ -50,7 +47,6 @@ void PromptUnitsBesidePrefill::layer_ready(int64_t layer, const at::Tensor& keys
     }
     if (prompt.size(1) > 0) {
       built_.units[static_cast<size_t>(layer)] = policy_.prompt_units(layer, prompt);
-      ++built_.layers;
     }
     built_.worker_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -70,7 +66,8 @@ PromptUnitsBesidePrefill::Built PromptUnitsBesidePrefill::finish() {
     for (const at::Tensor& t : {u.order, u.sizes, u.offsets, u.index})
       worker_.hand_over(t);
   }
-  built_.staged = stage_ && staged_ == layers_ - full_layers_;
+  built_.staged = stage_ && staged_ == static_cast<int64_t>(
+                                           retrieval_layer_ids(policy_.settings(), layers_).size());
   built_.wait_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return std::move(built_);

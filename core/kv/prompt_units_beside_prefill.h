@@ -37,7 +37,6 @@ class PromptUnitsBesidePrefill {
   struct Built {
     std::vector<PromptUnits> units;  // per layer; undefined `order`: not built
     int64_t tokens = 0;              // the n they were built for
-    int64_t layers = 0;              // layers whose units were built
     bool staged = false;   // every retrieval layer is in the host slab: use_staged_layers()
     double worker_ms = 0;  // host time of the worker's tasks (beside the prefill)
     double wait_ms = 0;    // what finish() waited for them (after the prefill)

@@ -12,9 +12,11 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace engram {
 
@@ -37,6 +39,14 @@ struct RetrievalSettings {
   // not after the first token. False (`overlap=0`): after the first token, as before 2026-11-27.
   bool overlap_prefill = true;
 };
+
+// The layers that attend from retrieval's own region (those past the full layers), of `layers`.
+inline std::vector<int64_t> retrieval_layer_ids(const RetrievalSettings& s, int64_t layers) {
+  std::vector<int64_t> ids;
+  for (int64_t l = std::max<int64_t>(0, s.full_layers); l < layers; ++l)
+    ids.push_back(l);
+  return ids;
+}
 
 // A layer's prompt KV as units: pool row j of head h holds the prompt token order[h][j]
 // (relative to the first token after the sinks); unit u of head h is `sizes[h][u]` rows from
