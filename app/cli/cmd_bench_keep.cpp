@@ -21,8 +21,12 @@
 // prefill, which reads each of their layers once it is written (serial: before it). Also the copy
 // throughput of the unit loader against one contiguous pinned->device copy of the same bytes.
 // Never asserts a time (style rule 10); prints JSON.
+#include <ATen/Parallel.h>
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -49,6 +53,22 @@ namespace {
 double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// The calling thread's context switches so far (voluntary: it blocked; involuntary: the
+// scheduler preempted it): a run whose host enqueue is slow for want of a core shows the latter.
+std::pair<int64_t, int64_t> thread_context_switches() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return {u.ru_nvcsw, u.ru_nivcsw};
+}
+
+// The process's threads now (Linux), 0 where /proc is not there.
+int64_t process_threads() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("Threads:", 0) == 0) return std::stoll(line.substr(8));
+  return 0;
 }
 
 double elapsed_ms(at::Device device, const std::function<void()>& body) {
@@ -316,6 +336,10 @@ int run_bench_keep(int argc, char** argv) {
                      {"repeat", repeat},
                      {"seed", seed},
                      {"invalidation", invalidation}};
+  // The host the runs share: the engine's CPU threads and the process's threads (the device
+  // runtime's own among them).
+  out["host"] = {{"torch_threads", at::get_num_threads()},
+                 {"process_threads_at_start", process_threads()}};
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<int64_t> id(3, c.vocab_size - 1);
   std::vector<int64_t> prefix_ids(static_cast<size_t>(prefix_tokens)),
@@ -363,6 +387,10 @@ int run_bench_keep(int argc, char** argv) {
     for (const std::string& method : methods) {
       nlohmann::json m;
       std::vector<double> ttft, invalidation_ms;
+      // Per run, where the host went: its enqueue and wait time and the main thread's context
+      // switches (the spread between runs follows the host, docs/keep.md).
+      std::vector<double> enqueue_runs, wait_runs;
+      std::vector<int64_t> blocked_runs, preempted_runs;
       SelectivePrefill last;
       int64_t invalid_tokens = 0;
       if (method == "full-recompute" || method == "prefix-cache") {
@@ -485,6 +513,7 @@ int run_bench_keep(int argc, char** argv) {
           if (profiled && r == -1)
             profile.emplace(profile_path + "-" + std::to_string(n) + "-" + method + ".json");
           int64_t inv_begin = 0, inv_end = 0;
+          const std::pair<int64_t, int64_t> switches_before = thread_context_switches();
           const double t = elapsed_ms(device, [&] {
             // The invalidation's device time from marks: a host wait here would leave the
             // device idle while the host sets up the prefill.
@@ -515,6 +544,7 @@ int run_bench_keep(int argc, char** argv) {
             if (side) side->join();
           });
           profile.reset();
+          const std::pair<int64_t, int64_t> switches_after = thread_context_switches();
           {
             const std::vector<double> us = run_timeline->resolve_us();
             inv = (us[static_cast<size_t>(inv_end)] - us[static_cast<size_t>(inv_begin)]) / 1000;
@@ -524,6 +554,10 @@ int run_bench_keep(int argc, char** argv) {
           if (r >= 0) {
             ttft.push_back(t);
             invalidation_ms.push_back(inv);
+            enqueue_runs.push_back(last.host_enqueue_ms);
+            wait_runs.push_back(last.host_wait_ms);
+            blocked_runs.push_back(switches_after.first - switches_before.first);
+            preempted_runs.push_back(switches_after.second - switches_before.second);
           }
         }
         const double busy_ms = copy_busy_ms(*run_timeline, last.loads);
@@ -566,6 +600,10 @@ int run_bench_keep(int argc, char** argv) {
                                {"attention_to_evidence", profile.evidence_ms},
                                {"mlp", profile.mlp_ms}};
         m["host_enqueue_ms"] = last.host_enqueue_ms;
+        m["host_enqueue_runs_ms"] = enqueue_runs;
+        m["host_wait_runs_ms"] = wait_runs;
+        m["voluntary_switches_runs"] = blocked_runs;
+        m["involuntary_switches_runs"] = preempted_runs;
       }
       m["ttft_ms"] = median_of(ttft);
       m["ttft_runs_ms"] = ttft;
@@ -638,6 +676,7 @@ int run_bench_keep(int argc, char** argv) {
     }
     out["rows"].push_back(row);
   }
+  out["host"]["process_threads_at_end"] = process_threads();
   emit_bench_report(out, args);
   return 0;
 }
