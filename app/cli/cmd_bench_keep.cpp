@@ -63,6 +63,25 @@ std::pair<int64_t, int64_t> thread_context_switches() {
   return {u.ru_nvcsw, u.ru_nivcsw};
 }
 
+// The calling thread's time on a CPU and waiting for one (ns, Linux schedstat), and the
+// machine's stolen time (ticks, /proc/stat: a virtual machine's host ran something else): a slow
+// run with neither is slow in its own code.
+struct HostClock {
+  int64_t run_ns = 0, queued_ns = 0, steal_ticks = 0;
+};
+HostClock host_clock() {
+  HostClock c;
+  std::ifstream sched("/proc/thread-self/schedstat");
+  sched >> c.run_ns >> c.queued_ns;
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  int64_t field = 0;
+  stat >> cpu;
+  for (int i = 0; i < 8 && stat >> field; ++i)
+    if (i == 7) c.steal_ticks = field;
+  return c;
+}
+
 // The process's threads now (Linux), 0 where /proc is not there.
 int64_t process_threads() {
   std::ifstream status("/proc/self/status");
@@ -391,6 +410,8 @@ int run_bench_keep(int argc, char** argv) {
       // switches (the spread between runs follows the host, docs/keep.md).
       std::vector<double> enqueue_runs, wait_runs;
       std::vector<int64_t> blocked_runs, preempted_runs;
+      std::vector<double> on_cpu_runs, queued_runs, steal_runs;  // ms, ms, ticks
+      std::vector<std::vector<double>> enqueue_layer_runs;
       SelectivePrefill last;
       int64_t invalid_tokens = 0;
       if (method == "full-recompute" || method == "prefix-cache") {
@@ -514,6 +535,7 @@ int run_bench_keep(int argc, char** argv) {
             profile.emplace(profile_path + "-" + std::to_string(n) + "-" + method + ".json");
           int64_t inv_begin = 0, inv_end = 0;
           const std::pair<int64_t, int64_t> switches_before = thread_context_switches();
+          const HostClock clock_before = host_clock();
           const double t = elapsed_ms(device, [&] {
             // The invalidation's device time from marks: a host wait here would leave the
             // device idle while the host sets up the prefill.
@@ -545,6 +567,7 @@ int run_bench_keep(int argc, char** argv) {
           });
           profile.reset();
           const std::pair<int64_t, int64_t> switches_after = thread_context_switches();
+          const HostClock clock_after = host_clock();
           {
             const std::vector<double> us = run_timeline->resolve_us();
             inv = (us[static_cast<size_t>(inv_end)] - us[static_cast<size_t>(inv_begin)]) / 1000;
@@ -558,6 +581,13 @@ int run_bench_keep(int argc, char** argv) {
             wait_runs.push_back(last.host_wait_ms);
             blocked_runs.push_back(switches_after.first - switches_before.first);
             preempted_runs.push_back(switches_after.second - switches_before.second);
+            on_cpu_runs.push_back(1e-6 *
+                                  static_cast<double>(clock_after.run_ns - clock_before.run_ns));
+            queued_runs.push_back(
+                1e-6 * static_cast<double>(clock_after.queued_ns - clock_before.queued_ns));
+            steal_runs.push_back(
+                static_cast<double>(clock_after.steal_ticks - clock_before.steal_ticks));
+            enqueue_layer_runs.push_back(last.host_enqueue_layer_ms);
           }
         }
         const double busy_ms = copy_busy_ms(*run_timeline, last.loads);
@@ -604,6 +634,10 @@ int run_bench_keep(int argc, char** argv) {
         m["host_wait_runs_ms"] = wait_runs;
         m["voluntary_switches_runs"] = blocked_runs;
         m["involuntary_switches_runs"] = preempted_runs;
+        m["thread_on_cpu_runs_ms"] = on_cpu_runs;
+        m["thread_queued_runs_ms"] = queued_runs;
+        m["steal_ticks_runs"] = steal_runs;
+        m["host_enqueue_layer_runs_ms"] = enqueue_layer_runs;
       }
       m["ttft_ms"] = median_of(ttft);
       m["ttft_runs_ms"] = ttft;

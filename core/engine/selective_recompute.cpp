@@ -385,9 +385,10 @@ SelectivePrefill selective_prefill(const Decoder& decoder, const AssembledPrompt
         /*fused_norms=*/!exact);
     out.write(li, layer_k, layer_v, positions);
     const int64_t layer_end = marks.end = timeline.mark(gpu::Lane::kCompute);
-    result.host_enqueue_ms +=
+    result.host_enqueue_layer_ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - enqueue_start)
-            .count();
+            .count());
+    result.host_enqueue_ms += result.host_enqueue_layer_ms.back();
     if (pooled) result.layer_marks.push_back(marks);
     if (pooled && pooled->trace)
       pooled->trace->add(li, TraceLane::kCompute, "layer", layer_start, layer_end,

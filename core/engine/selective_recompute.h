@@ -52,6 +52,7 @@ struct SelectivePrefill {
   // Host time spent enqueueing the layers (from each layer's start to its end mark): when it is
   // close to the layers' device time, the layers are bound by the host.
   double host_enqueue_ms = 0;
+  std::vector<double> host_enqueue_layer_ms;  // the same, layer by layer
   // With pooled units: each layer's compute marks on the pooled timeline (also `layer`
   // intervals in its trace); resolve them with layer_profile() when wanted.
   std::vector<LayerMarks> layer_marks;
