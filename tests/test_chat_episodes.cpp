@@ -9,6 +9,7 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -19,6 +20,7 @@
 #include "core/engine/chat_session.h"
 #include "core/engine/conversation_store.h"
 #include "core/engine/loaded_model.h"
+#include "core/engine/turn_progress.h"
 #include "core/env/conversation_generator.h"
 #include "core/policies/epicache_policy.h"
 #include "core/policies/episode_router.h"
@@ -337,6 +339,123 @@ class ChatEpisodesTest : public QObject {
     for (const std::string& turn : user_turns(12))
       (void)calibrated.reply(turn, greedy(8), {});
     QVERIFY(calibrated.working_set().tokens() <= calibrated.policy().budget() + 512);
+  }
+
+  // A long history's first routed turn indexes the windows, then builds its episode in blocks, and
+  // says so as it goes; stopped in the build it keeps the blocks it did, and tried again it goes
+  // on from them and answers exactly as the turn that was never stopped.
+  void aStoppedBuildKeepsItsBlocksAndGoesOnFromThem() {
+    std::vector<ChatMessage> history;
+    const std::vector<std::string> texts = user_turns(120);
+    for (size_t i = 0; i + 1 < texts.size(); i += 2) {
+      history.push_back({"user", texts[i]});
+      history.push_back({"assistant", texts[i + 1]});
+    }
+    const std::string turn = texts.back();
+    ChatSession whole(*model_, {}, {"epicache", 256});
+    whole.set_history(history);
+    std::vector<TurnProgress> seen;
+    const ChatReply a =
+        whole.reply(turn, greedy(8), {}, [&](const TurnProgress& p) { seen.push_back(p); });
+    QVERIFY(a.route.clustered);
+    std::vector<TurnProgress> indexing, building;
+    for (const TurnProgress& p : seen)
+      (p.stage == TurnProgress::Stage::kIndexing ? indexing : building).push_back(p);
+    QVERIFY(!indexing.empty());
+    QVERIFY2(building.size() >= 3, "the build took fewer than three blocks");
+    QCOMPARE(indexing.back().done, indexing.back().total);
+    for (size_t i = 1; i < indexing.size(); ++i)
+      QVERIFY(indexing[i].done > indexing[i - 1].done);
+    for (size_t i = 0; i < building.size(); ++i) {
+      QCOMPARE(building[i].stage, TurnProgress::Stage::kBuilding);
+      QCOMPARE(building[i].episode, a.route.episode);
+      QCOMPARE(int64_t{building[i].episodes}, a.episodes);
+      QCOMPARE(building[i].total, a.generation.prompt_tokens);
+      if (i > 0) QVERIFY(building[i].done > building[i - 1].done);
+    }
+    QCOMPARE(building.back().done, building.back().total);
+    QVERIFY(describe_turn_progress(building.front())
+                .starts_with("Building episode " + std::to_string(a.route.episode + 1) + " of " +
+                             std::to_string(a.episodes) + " from the history: "));
+    QCOMPARE(describe_turn_progress({TurnProgress::Stage::kBuilding, 1, 4, 12288, 20017}),
+             std::string("Building episode 2 of 4 from the history: 12,288 of 20,017 tokens"));
+    QCOMPARE(describe_turn_progress({TurnProgress::Stage::kIndexing, -1, 0, 48, 1216}),
+             std::string("Indexing the conversation: 48 of 1,216 windows"));
+    QCOMPARE(describe_turn_progress({TurnProgress::Stage::kReading, -1, 0, 512, 3000}),
+             std::string("Reading the conversation: 512 of 3,000 tokens"));
+
+    // The same turn, stopped after its build's second block.
+    ChatSession stopped(*model_, {}, {"epicache", 256});
+    stopped.set_history(history);
+    std::atomic<bool> cancel{false};
+    GenerationOptions options = greedy(8);
+    options.cancel = &cancel;
+    int blocks = 0;
+    int64_t done_at_stop = 0;
+    const ChatReply b = stopped.reply(turn, options, {}, [&](const TurnProgress& p) {
+      if (p.stage == TurnProgress::Stage::kBuilding && ++blocks == 2) {
+        cancel = true;
+        done_at_stop = p.done;
+      }
+    });
+    QVERIFY(b.prefill_cancelled);
+    QCOMPARE(b.generation.stop_reason, std::string("cancelled"));
+    QVERIFY(b.generation.tokens.empty());
+    QVERIFY(b.text.empty());
+    QCOMPARE(b.route.episode, a.route.episode);
+    QCOMPARE(blocks, 2);
+    QCOMPARE(stopped.cached_tokens(), done_at_stop);
+    QVERIFY(is_prefix(stopped.cached_ids(), last_prompt(*model_, stopped)));
+    QCOMPARE(stopped.history().back().role, std::string("assistant"));
+
+    // Tried again: the build goes on from the blocks done.
+    cancel = false;
+    const ChatReply c = stopped.regenerate(options, {});
+    QVERIFY(!c.prefill_cancelled);
+    QCOMPARE(c.route.episode, a.route.episode);
+    QCOMPARE(c.reused_tokens, done_at_stop);
+    QCOMPARE(c.generation.tokens, a.generation.tokens);
+    QCOMPARE(stopped.cached_ids(), whole.cached_ids());
+  }
+
+  // The app's side (Assistant): a long message shows its prefill's progress, stop() ends the turn
+  // after the current block, the store keeps the message and an empty answer, the save stores
+  // what is cached without finishing the stopped prefill, and the next message goes on from it.
+  void theAssistantStopsALongPrefillAndGoesOnFromIt() {
+    QTemporaryDir profile;
+    Assistant assistant(fs::path(profile.path().toStdString()));
+    (void)assistant.load({kModelDir, "cpu", "f32"});
+    assistant.set_memory_policy({"full", 0});
+    std::string long_text;
+    for (const std::string& t : user_turns(300))
+      long_text += t + " ";
+    AssistantSampling sampling;
+    sampling.temperature = 0;
+    sampling.max_new_tokens = 8;
+    std::vector<TurnProgress> seen;
+    const ReplyStats stopped = assistant.send(long_text, sampling, {}, [&](const TurnProgress& p) {
+      seen.push_back(p);
+      assistant.stop();  // as the Stop button would, from the UI thread
+    });
+    QCOMPARE(stopped.stop_reason, std::string("cancelled"));
+    QVERIFY(stopped.text.empty());
+    QCOMPARE(stopped.generated_tokens, int64_t{0});
+    QCOMPARE(seen.size(), size_t{1});  // one block, then the stop
+    QCOMPARE(seen[0].stage, TurnProgress::Stage::kReading);
+    QVERIFY2(seen[0].total > 3 * seen[0].done,
+             qPrintable(QString("%1 of %2").arg(seen[0].done).arg(seen[0].total)));
+    const std::vector<ConversationMessage> stored = assistant.messages();
+    QCOMPARE(stored.size(), size_t{2});
+    QCOMPARE(stored[1].role, std::string("assistant"));
+    QVERIFY(stored[1].text.empty());
+    const MemorySave save = assistant.save_memory();
+    QCOMPARE(save.completed_tokens, int64_t{0});
+    QCOMPARE(save.tokens, seen[0].done);
+
+    const ReplyStats next = assistant.send("and then?", sampling, {});
+    QCOMPARE(next.reused_tokens, seen[0].done);
+    QVERIFY(next.stop_reason != "cancelled");
+    QVERIFY(next.generated_tokens > 0);
   }
 
   void episodesSurviveTheStoreAndRouteAsBefore() {

@@ -7,6 +7,7 @@
 #include <QElapsedTimer>
 #include <QLabel>
 #include <QLineEdit>
+#include <QProgressBar>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -133,6 +134,37 @@ class UiChatTest : public QObject {
     answer->set_stats(stats);
     QVERIFY(answer->memory_note_text().isEmpty());
     QVERIFY(!memory->isVisible());
+  }
+
+  // What a turn does before its first token (an episode's build, a long prefill) is a line and a
+  // bar in the waiting answer, gone as soon as its text starts.
+  void progressWaitsInTheAnswerUntilItsText() {
+    engram::ui::ChatView view;
+    view.resize(600, 400);
+    auto* answer = view.add_message(QStringLiteral("assistant"), QString());
+    view.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&view));
+    auto* bar = answer->findChild<QProgressBar*>(QStringLiteral("replyProgress"));
+    QVERIFY(bar && !bar->isVisible() && !answer->progress_visible());
+    const QString what =
+        QStringLiteral("Building episode 2 of 4 from the history: 12,288 of 20,017 tokens");
+    answer->set_progress(what, 12288, 20017);
+    QVERIFY(answer->progress_visible() && bar->isVisible());
+    QCOMPARE(answer->progress_text(), what);
+    QCOMPARE(bar->value(), 1000 * 12288 / 20017);
+    answer->set_progress(QStringLiteral("Reading the conversation: 20,017 of 20,017 tokens"), 20017,
+                         20017);
+    QCOMPARE(bar->value(), bar->maximum());
+    answer->append(QStringLiteral("The"));
+    QVERIFY(!answer->progress_visible() && !bar->isVisible());
+    // A stopped turn's stats take the line away too.
+    auto* stopped = view.add_message(QStringLiteral("assistant"), QString());
+    stopped->set_progress(what, 1, 2);
+    engram::ReplyStats stats;
+    stats.stop_reason = "cancelled";
+    stopped->set_stats(stats);
+    QVERIFY(!stopped->progress_visible());
+    QVERIFY(stopped->stats_text().contains(QStringLiteral("stopped")));
   }
 
   void reopeningRestoresConversation() {

@@ -5,6 +5,7 @@
 #include <QElapsedTimer>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QProgressBar>
 #include <QResizeEvent>
 #include <QScrollBar>
 #include <QTextBrowser>
@@ -70,6 +71,19 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   memory_->setWordWrap(true);
   memory_->setTextFormat(Qt::PlainText);
   memory_->setVisible(false);
+  progress_label_ = new QLabel(this);
+  progress_label_->setObjectName(QStringLiteral("replyProgressText"));
+  progress_label_->setForegroundRole(QPalette::PlaceholderText);
+  progress_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  progress_label_->setMinimumWidth(0);
+  progress_label_->setWordWrap(true);
+  progress_label_->setTextFormat(Qt::PlainText);
+  progress_label_->setVisible(false);
+  progress_ = new QProgressBar(this);
+  progress_->setObjectName(QStringLiteral("replyProgress"));
+  progress_->setTextVisible(false);
+  progress_->setMaximumHeight(6);
+  progress_->setVisible(false);
   copy_ = new QToolButton(this);
   copy_->setObjectName(QStringLiteral("copyButton"));
   copy_->setText(tr("Copy"));
@@ -88,6 +102,8 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   layout->setSpacing(2);
   layout->addWidget(who);
   layout->addWidget(body_);
+  layout->addWidget(progress_label_);
+  layout->addWidget(progress_);
   layout->addLayout(bottom);
   layout->addWidget(memory_);
   footer_->setVisible(false);
@@ -104,6 +120,7 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
 }
 
 void MessageBubble::append(const QString& text) {
+  if (!text.isEmpty()) set_progress({}, 0, 0);
   text_ += text;
   if (!render_timer_->isActive()) render_timer_->start();
 }
@@ -181,6 +198,7 @@ bool MessageBubble::eventFilter(QObject* watched, QEvent* event) {
 
 void MessageBubble::set_stats(const ReplyStats& s) {
   stats_ = s;
+  set_progress({}, 0, 0);
   if (render_timer_->isActive() || stream_.active()) render_whole();
   QString text = tr("first token %1 ms · %2 tokens/s · %3 tokens")
                      .arg(s.time_to_first_token_ms, 0, 'f', 0)
@@ -193,6 +211,26 @@ void MessageBubble::set_stats(const ReplyStats& s) {
   footer_->setVisible(true);
   memory_->setText(QString::fromStdString(s.memory_note));
   memory_->setVisible(!s.memory_note.empty());
+}
+
+void MessageBubble::set_progress(const QString& what, qint64 done, qint64 total) {
+  const bool show = !what.isEmpty();
+  progress_label_->setText(what);
+  progress_label_->setVisible(show);
+  progress_->setVisible(show && total > 0);
+  if (total > 0) {
+    // A QProgressBar counts in int: tokens of a long history fit, but scale to per mille anyway.
+    progress_->setRange(0, 1000);
+    progress_->setValue(static_cast<int>(1000 * std::clamp<qint64>(done, 0, total) / total));
+  }
+}
+
+bool MessageBubble::progress_visible() const {
+  return !progress_label_->isHidden();
+}
+
+QString MessageBubble::progress_text() const {
+  return progress_label_->text();
 }
 
 void MessageBubble::set_note(const QString& note) {

@@ -15,6 +15,7 @@
 #include "ui/markdown_stream_split.h"
 
 class QLabel;
+class QProgressBar;
 class QTextBrowser;
 class QTimer;
 class QToolButton;
@@ -34,6 +35,11 @@ class MessageBubble : public QFrame {
   void set_stats(const ReplyStats& stats);
   const ReplyStats& stats() const { return stats_; }
   void set_note(const QString& note);
+  // What the turn does before its first token (indexing, building an episode's cache, a long
+  // prefill): a line and a bar in the pending answer, gone when its text or stats arrive.
+  void set_progress(const QString& what, qint64 done, qint64 total);
+  bool progress_visible() const;
+  QString progress_text() const;
   void set_regenerate_visible(bool visible);
   QString stats_text() const;
   // ReplyStats::memory_note of the answer ("memory (streaming, budget 1024): …"); empty: none.
@@ -60,6 +66,8 @@ class MessageBubble : public QFrame {
   QTextBrowser* body_;
   QLabel* footer_;
   QLabel* memory_;
+  QLabel* progress_label_;
+  QProgressBar* progress_;
   QToolButton* copy_;
   QToolButton* regenerate_;
   QTimer* render_timer_;

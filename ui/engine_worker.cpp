@@ -11,6 +11,7 @@ namespace {
 
 // Live memory updates while generating: often enough to look live, rare enough to cost nothing.
 constexpr qint64 kMemoryUpdateMs = 100;
+constexpr qint64 kProgressMs = 100;  // the reply's progress line, at most this often
 
 QString message_of(const std::exception& e) {
   return QString::fromStdString(e.what());
@@ -212,14 +213,26 @@ void EngineWorker::stream(const std::string& text) {
   }
 }
 
+void EngineWorker::progress(const TurnProgress& p) {
+  const qint64 now = QDateTime::currentMSecsSinceEpoch();
+  const int stage = static_cast<int>(p.stage);
+  if (stage == last_progress_stage_ && p.done < p.total && now - last_progress_ms_ < kProgressMs)
+    return;
+  last_progress_ms_ = now;
+  last_progress_stage_ = stage;
+  Q_EMIT replyProgress(QString::fromStdString(describe_turn_progress(p)), p.done, p.total);
+}
+
 void EngineWorker::send(const QString& text, const AssistantSampling& sampling) {
   if (!ready()) return;
   const bool had_conversation = assistant_->current_conversation().has_value();
   Q_EMIT replyStarted(false);
   last_memory_ms_ = 0;
+  last_progress_stage_ = -1;
   try {
-    const ReplyStats stats =
-        assistant_->send(text.toStdString(), sampling, [this](const std::string& t) { stream(t); });
+    const ReplyStats stats = assistant_->send(
+        text.toStdString(), sampling, [this](const std::string& t) { stream(t); },
+        [this](const TurnProgress& p) { progress(p); });
     Q_EMIT replyFinished(stats);
     if (!had_conversation) Q_EMIT conversationStarted(*assistant_->current_conversation());
     Q_EMIT conversationsChanged();
@@ -234,9 +247,11 @@ void EngineWorker::regenerate(const AssistantSampling& sampling) {
   if (!ready()) return;
   Q_EMIT replyStarted(true);
   last_memory_ms_ = 0;
+  last_progress_stage_ = -1;
   try {
-    const ReplyStats stats =
-        assistant_->regenerate(sampling, [this](const std::string& t) { stream(t); });
+    const ReplyStats stats = assistant_->regenerate(
+        sampling, [this](const std::string& t) { stream(t); },
+        [this](const TurnProgress& p) { progress(p); });
     Q_EMIT replyFinished(stats);
     Q_EMIT conversationsChanged();
     save_memory();

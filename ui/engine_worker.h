@@ -77,6 +77,9 @@ class EngineWorker : public QObject {
   void conversationClosed();
   void replyStarted(bool regenerating);
   void replyText(const QString& text);
+  // What the turn does before its first token (core/engine/turn_progress.h), at most every
+  // kProgressMs and at each stage's start and end.
+  void replyProgress(const QString& what, qint64 done, qint64 total);
   void replyFinished(const engram::ReplyStats& stats);
   void replyFailed(const QString& message, const QString& user_text);
   void memoryChanged(const engram::MemorySnapshot& snapshot);
@@ -96,6 +99,7 @@ class EngineWorker : public QObject {
  private:
   bool ready();
   void stream(const std::string& text);
+  void progress(const TurnProgress& progress);
   // After an open or a model load: the stored KV into the session (disk -> device).
   void restore_memory();
   // After a reply: the session's KV into the store, so a restart does not re-read the history.
@@ -106,6 +110,8 @@ class EngineWorker : public QObject {
   std::unique_ptr<Assistant> assistant_;
   std::atomic<Assistant*> running_{nullptr};
   qint64 last_memory_ms_ = 0;
+  qint64 last_progress_ms_ = 0;
+  int last_progress_stage_ = -1;
 };
 
 // Starts `worker` on a new thread owned by `parent`; returns the thread.

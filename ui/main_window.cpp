@@ -310,6 +310,11 @@ void MainWindow::connect_worker() {
   connect(worker_, &EngineWorker::replyText, this, [this](const QString& text) {
     if (auto* b = chat_->last()) b->append(text);
   });
+  connect(worker_, &EngineWorker::replyProgress, this,
+          [this](const QString& what, qint64 done, qint64 total) {
+            if (auto* b = chat_->last(); b && b->text().isEmpty())
+              b->set_progress(what, done, total);
+          });
   connect(worker_, &EngineWorker::replyFinished, this, [this](const ReplyStats& stats) {
     if (auto* b = chat_->last()) {
       b->set_text(QString::fromStdString(stats.text));

@@ -187,10 +187,30 @@ int run_chat(int argc, char** argv) {
       if (interactive) break;
       continue;
     }
-    const ChatReply reply = session.reply(line, options, [](const std::string& text) {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-    });
+    // What the turn does before its first token (an episode's build takes minutes on a CPU), on
+    // one terminal line that the reply's text erases.
+    bool progress_shown = false;
+    const auto erase_progress = [&] {
+      if (!progress_shown) return;
+      std::fputs("\r\x1b[K", stderr);
+      progress_shown = false;
+    };
+    TurnProgressFn on_progress;
+    if (interactive && isatty(STDERR_FILENO)) {
+      on_progress = [&](const TurnProgress& p) {
+        std::fprintf(stderr, "\r%s\x1b[K", describe_turn_progress(p).c_str());
+        progress_shown = true;
+      };
+    }
+    const ChatReply reply = session.reply(
+        line, options,
+        [&](const std::string& text) {
+          erase_progress();
+          std::fwrite(text.data(), 1, text.size(), stdout);
+          std::fflush(stdout);
+        },
+        on_progress);
+    erase_progress();
     std::fputc('\n', stdout);
     print_stats(reply.generation, reply.reused_tokens);
     if (!reply.memory_note.empty()) std::fprintf(stderr, "%s\n", reply.memory_note.c_str());

@@ -117,6 +117,9 @@ struct Assistant::State {
   bool trace = true;
   MemoryPolicyChoice policy = Assistant::default_memory_policy();
   bool generating = false;
+  // The last reply was stopped in its prefill: the next save stores what is cached rather than
+  // completing the history (which is the prefill that was stopped).
+  bool prefill_cancelled = false;
   int64_t generating_from_tokens = 0;     // cache length when the open turn began
   std::optional<StoredSessionKv> stored;  // the open conversation's KV in the store (its index)
   bool kv_pending = false;                // `stored` is not in the session yet (restore_memory)
@@ -560,7 +563,8 @@ std::vector<ConversationMessage> Assistant::messages() const {
 }
 
 ReplyStats Assistant::send(const std::string& user_text, const AssistantSampling& sampling,
-                           const std::function<void(const std::string&)>& on_text) {
+                           const std::function<void(const std::string&)>& on_text,
+                           const TurnProgressFn& on_progress) {
   s_->require_model();
   if (!s_->conversation) new_conversation();
   if (s_->kv_pending) restore_memory();
@@ -588,13 +592,14 @@ ReplyStats Assistant::send(const std::string& user_text, const AssistantSampling
   const auto t0 = std::chrono::steady_clock::now();
   ChatReply reply;
   try {
-    reply = s_->session->reply(user_text, s_->options(sampling), on_text);
+    reply = s_->session->reply(user_text, s_->options(sampling), on_text, on_progress);
   } catch (...) {
     s_->generating = false;
     s_->drop_stored_tail(first_new);
     throw;
   }
   s_->generating = false;
+  s_->prefill_cancelled = reply.prefill_cancelled;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   repo.append(id, {0, 0, "assistant", reply.text, 0, 0, 0});
@@ -605,7 +610,8 @@ ReplyStats Assistant::send(const std::string& user_text, const AssistantSampling
 }
 
 ReplyStats Assistant::regenerate(const AssistantSampling& sampling,
-                                 const std::function<void(const std::string&)>& on_text) {
+                                 const std::function<void(const std::string&)>& on_text,
+                                 const TurnProgressFn& on_progress) {
   s_->require_model();
   if (!s_->conversation || s_->messages.empty() || s_->messages.back().role != "assistant") {
     throw std::runtime_error("there is no reply to regenerate");
@@ -617,12 +623,13 @@ ReplyStats Assistant::regenerate(const AssistantSampling& sampling,
   const auto t0 = std::chrono::steady_clock::now();
   ChatReply reply;
   try {
-    reply = s_->session->regenerate(s_->options(sampling), on_text);
+    reply = s_->session->regenerate(s_->options(sampling), on_text, on_progress);
   } catch (...) {
     s_->generating = false;
     throw;
   }
   s_->generating = false;
+  s_->prefill_cancelled = reply.prefill_cancelled;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const auto last = static_cast<int64_t>(s_->messages.size()) - 1;
@@ -674,7 +681,7 @@ MemorySave Assistant::save_memory() {
     return out;
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    out.completed_tokens = s_->session->prefill_history();
+    if (!s_->prefill_cancelled) out.completed_tokens = s_->session->prefill_history();
   } catch (const std::out_of_range& e) {
     // The history fills the model's positions: store what is cached, the next turn is refused.
     log::info(std::string("save_memory: cache not completed: ") + e.what());

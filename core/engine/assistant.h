@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/engine/turn_progress.h"
 #include "core/policies/episode_trace.h"
 #include "core/trace/engine_observer.h"
 #include "storage/conversation_export.h"
@@ -237,14 +238,20 @@ class Assistant {
   std::vector<ConversationMessage> messages() const;
 
   // Adds the user's message to the open conversation (a new one when none is open), generates
-  // the reply streaming text to `on_text`, and stores both. On failure nothing half-done stays in
-  // the store or the history, and the exception propagates.
+  // the reply streaming text to `on_text`, and stores both. `on_progress` (may be empty) hears
+  // what the turn does before its first token: indexing the conversation, building an episode's
+  // cache from the history, reading a long prompt (core/engine/turn_progress.h). On failure
+  // nothing half-done stays in the store or the history, and the exception propagates.
   ReplyStats send(const std::string& user_text, const AssistantSampling& sampling,
-                  const std::function<void(const std::string&)>& on_text);
+                  const std::function<void(const std::string&)>& on_text,
+                  const TurnProgressFn& on_progress = {});
   // Generates the last reply again and replaces it in the store.
   ReplyStats regenerate(const AssistantSampling& sampling,
-                        const std::function<void(const std::string&)>& on_text);
-  // Asks the running generation to stop after its current token. Any thread.
+                        const std::function<void(const std::string&)>& on_text,
+                        const TurnProgressFn& on_progress = {});
+  // Asks the running generation to stop after its current token, or its prefill after the
+  // current block (what the blocks done computed is kept: the next turn goes on from there). Any
+  // thread.
   void stop();
 
   // Brings the open conversation's stored KV into the session when it is not loaded yet (after

@@ -106,7 +106,7 @@ size_t ChatSession::sync_prefix(const std::vector<int64_t>& ids, size_t keep_las
   return common;
 }
 
-int64_t ChatSession::prefill_history(int64_t chunk) {
+int64_t ChatSession::prefill_history(int64_t chunk, const PrefillControl& control) {
   if (messages_.empty()) return 0;
   // Episodes are built when a turn is routed to them (the first reply builds what it needs).
   if (router_ && router_->clustered()) return 0;
@@ -124,16 +124,23 @@ int64_t ChatSession::prefill_history(int64_t chunk) {
   if (fresh.empty()) return 0;
   gpu::DeviceTimeline timeline(ws_->cache().device());
   (void)prefill(*model_.decoder, *policy_, *ws_, fresh, chunk > 0 ? chunk : block_, timeline,
-                nullptr);
-  cached_ids_ = ids;
-  return static_cast<int64_t>(fresh.size());
+                nullptr, -1, {}, control);
+  keep_fed_prefix(ids);
+  return ws_->stream_tokens() - static_cast<int64_t>(common);
+}
+
+void ChatSession::keep_fed_prefix(const std::vector<int64_t>& ids) {
+  const auto fed = static_cast<size_t>(ws_->stream_tokens());
+  cached_ids_.assign(ids.begin(),
+                     ids.begin() + static_cast<std::ptrdiff_t>(std::min(fed, ids.size())));
 }
 
 ChatReply ChatSession::reply(const std::string& user_text, const GenerationOptions& options,
-                             const std::function<void(const std::string&)>& on_text) {
+                             const std::function<void(const std::string&)>& on_text,
+                             const TurnProgressFn& on_progress) {
   messages_.push_back({"user", user_text});
   try {
-    return generate_reply(options, on_text);
+    return generate_reply(options, on_text, on_progress);
   } catch (...) {
     messages_.pop_back();  // a failed turn leaves the history as it was
     throw;
@@ -141,14 +148,15 @@ ChatReply ChatSession::reply(const std::string& user_text, const GenerationOptio
 }
 
 ChatReply ChatSession::regenerate(const GenerationOptions& options,
-                                  const std::function<void(const std::string&)>& on_text) {
+                                  const std::function<void(const std::string&)>& on_text,
+                                  const TurnProgressFn& on_progress) {
   if (messages_.empty() || messages_.back().role != "assistant") {
     throw std::logic_error("regenerate: the last message is not a reply");
   }
   ChatMessage dropped = messages_.back();
   messages_.pop_back();
   try {
-    return generate_reply(options, on_text);
+    return generate_reply(options, on_text, on_progress);
   } catch (...) {
     messages_.push_back(std::move(dropped));
     throw;
@@ -284,7 +292,7 @@ void ChatSession::switch_episode(int32_t episode) {
   active_episode_ = episode;
 }
 
-EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
+EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens, const TurnProgressFn& on_progress) {
   if (messages_.empty() || messages_.back().role != "user") return {};
   std::vector<std::string> lines;
   for (size_t i = 0; i + 1 < messages_.size(); ++i) {
@@ -292,8 +300,11 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens) {
       lines.push_back(EpisodeRouter::utterance_line(messages_[i].role, messages_[i].content));
   }
   const std::string query = EpisodeRouter::utterance_line("user", messages_.back().content);
-  const TextsEmbedder embed = [this](const std::vector<std::string>& texts) {
-    return embed_texts(*model_.decoder, *model_.tokenizer, texts);
+  const TextsEmbedder embed = [&](const std::vector<std::string>& texts) {
+    const auto total = static_cast<int64_t>(texts.size());
+    return embed_texts(*model_.decoder, *model_.tokenizer, texts, [&](int64_t done) {
+      if (on_progress) on_progress({TurnProgress::Stage::kIndexing, -1, 0, done, total});
+    });
   };
   EpisodeRoute route = router_->route(lines, query, prompt_tokens > policy_->budget(), embed);
   if (route.episode < 0) {
@@ -415,7 +426,8 @@ std::string ChatSession::memory_note(const ChatReply& reply) const {
 }
 
 ChatReply ChatSession::generate_reply(const GenerationOptions& options,
-                                      const std::function<void(const std::string&)>& on_text) {
+                                      const std::function<void(const std::string&)>& on_text,
+                                      const TurnProgressFn& on_progress) {
   const Tokenizer& tok = *model_.tokenizer;
   const ChatTemplate& tmpl = *model_.chat_template;
   const std::vector<int32_t> rendered =
@@ -424,7 +436,7 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
 
   ChatReply reply;
   if (router_) {
-    reply.route = route_turn(static_cast<int64_t>(prompt.size()));
+    reply.route = route_turn(static_cast<int64_t>(prompt.size()), on_progress);
     reply.episodes = static_cast<int64_t>(router_->episodes().size());
   }
   // An episode whose cache starts empty is built by this turn (block prefill of the history).
@@ -439,6 +451,17 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   limited.evict_when_full = true;  // a turn's catch-up evicts only when the working set is full
   limited.kept_step = &decode_step_;
   if (tok.vocab_size() < model_.config.vocab_size) limited.sampling.vocab_limit = tok.vocab_size();
+  if (on_progress) {
+    TurnProgress progress;
+    progress.stage = building ? TurnProgress::Stage::kBuilding : TurnProgress::Stage::kReading;
+    progress.episode = reply.route.episode;
+    progress.episodes = static_cast<int32_t>(reply.episodes);
+    limited.on_prefill_progress = [progress, &on_progress](int64_t done, int64_t total) mutable {
+      progress.done = done;
+      progress.total = total;
+      on_progress(progress);
+    };
+  }
 
   reply.reused_tokens = static_cast<int64_t>(common);
   // ids -> text -> text before any stop string -> the reply without the format's delimiters
@@ -475,8 +498,10 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   emit(stream.finish());
   if (!stopped) show(delimiters.push(stops.finish()));
   show(delimiters.finish());
-  // The working set now holds the prompt and the generated tokens that were fed back.
-  cached_ids_ = prompt;
+  // The working set now holds the prompt (the blocks done of it when the turn was cancelled in
+  // its prefill) and the generated tokens that were fed back.
+  keep_fed_prefix(prompt);
+  reply.prefill_cancelled = ws_->stream_tokens() < static_cast<int64_t>(prompt.size());
   const int64_t fed = ws_->stream_tokens() - static_cast<int64_t>(prompt.size());
   cached_ids_.insert(cached_ids_.end(), reply.generation.tokens.begin(),
                      reply.generation.tokens.begin() + std::max<int64_t>(0, fed));

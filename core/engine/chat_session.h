@@ -32,6 +32,7 @@
 #include "core/engine/episode_kv_pool.h"
 #include "core/engine/generator.h"
 #include "core/engine/loaded_model.h"
+#include "core/engine/turn_progress.h"
 #include "core/kv/working_set.h"
 #include "core/policies/episode_router.h"
 #include "core/policies/memory_policy.h"
@@ -50,14 +51,15 @@ struct PolicyChoice {
 struct ChatReply {
   std::string text;
   GenerationResult generation;
-  int64_t reused_tokens = 0;     // prompt tokens served from the session's working set
-  int64_t evicted_tokens = 0;    // tokens that left attention during this turn
-  int64_t attention_tokens = 0;  // KV slots per layer attention holds after the turn
-  int64_t stream_tokens = 0;     // tokens of the whole conversation so far
-  bool rebuilt = false;          // the working set was rebuilt from the text
-  std::string memory_note;       // one line on what moved out of attention; empty when nothing
-  EpisodeRoute route;            // epicache: where the turn went (episode -1: no episodes yet)
-  int64_t episodes = 0;          // epicache: episodes after the turn
+  int64_t reused_tokens = 0;       // prompt tokens served from the session's working set
+  int64_t evicted_tokens = 0;      // tokens that left attention during this turn
+  int64_t attention_tokens = 0;    // KV slots per layer attention holds after the turn
+  int64_t stream_tokens = 0;       // tokens of the whole conversation so far
+  bool rebuilt = false;            // the working set was rebuilt from the text
+  bool prefill_cancelled = false;  // cancelled before its prompt was in: no reply, blocks kept
+  std::string memory_note;         // one line on what moved out of attention; empty when nothing
+  EpisodeRoute route;              // epicache: where the turn went (episode -1: no episodes yet)
+  int64_t episodes = 0;            // epicache: episodes after the turn
 };
 
 // An episode's cache as a store gives it back (core/engine/episode_kv_store.h).
@@ -78,12 +80,17 @@ class ChatSession {
                        PolicyChoice policy = {});
 
   // Adds the user's message, generates the reply, adds it to the history and returns it.
-  // `on_text` receives the reply's text as it is generated.
+  // `on_text` receives the reply's text as it is generated, `on_progress` (may be empty) what the
+  // turn does before its first token (indexing, an episode's build, its prefill). A turn cancelled
+  // (GenerationOptions::cancel) in its prefill keeps the blocks it did: its reply is empty and the
+  // next turn goes on from there (an episode's build included).
   ChatReply reply(const std::string& user_text, const GenerationOptions& options,
-                  const std::function<void(const std::string&)>& on_text);
+                  const std::function<void(const std::string&)>& on_text,
+                  const TurnProgressFn& on_progress = {});
   // Drops the last assistant reply and generates it again.
   ChatReply regenerate(const GenerationOptions& options,
-                       const std::function<void(const std::string&)>& on_text);
+                       const std::function<void(const std::string&)>& on_text,
+                       const TurnProgressFn& on_progress = {});
 
   // Replaces the history (e.g. a stored conversation); the working set keeps the common prefix.
   void set_history(std::vector<ChatMessage> messages);
@@ -141,18 +148,24 @@ class ChatSession {
   void adopt_cache(std::unique_ptr<KvCache> cache, std::vector<int64_t> cached_ids);
   // Prefills the rendered history (without a generation prompt) past the cached prefix, so the
   // next reply computes only its own turn; returns the tokens prefilled (a rebuild from text).
-  int64_t prefill_history(int64_t chunk = 0);  // 0: the session's block
+  // Cancelled (control.cancel), it keeps the blocks it did.
+  int64_t prefill_history(int64_t chunk = 0,  // 0: the session's block
+                          const PrefillControl& control = {});
 
  private:
   ChatReply generate_reply(const GenerationOptions& options,
-                           const std::function<void(const std::string&)>& on_text);
+                           const std::function<void(const std::string&)>& on_text,
+                           const TurnProgressFn& on_progress);
+  // The stream after a prefill of `ids` past the cached prefix that may have been cancelled: the
+  // ids the working set holds (all of them, or the blocks done).
+  void keep_fed_prefix(const std::vector<int64_t>& ids);
   // Cuts the stream to its common prefix with `ids` (keeping at least `keep_last` ids to
   // compute); rebuilds from scratch when the cut falls inside compacted KV. Returns the kept count.
   size_t sync_prefix(const std::vector<int64_t>& ids, size_t keep_last, bool* rebuilt);
   std::string memory_note(const ChatReply& reply) const;
   // EpiCache: routes the turn (the last message, from the user) and installs the routed
   // episode's cache, policy and stream; `prompt_tokens` is the rendered conversation's length.
-  EpisodeRoute route_turn(int64_t prompt_tokens);
+  EpisodeRoute route_turn(int64_t prompt_tokens, const TurnProgressFn& on_progress);
   void switch_episode(int32_t episode);
   // Every episode's cache gone, no episode active, the working set empty under the base policy.
   void drop_episode_caches();

@@ -131,7 +131,7 @@ int64_t next_request_id() {
 at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
                    TraceRecorder* trace, int64_t reserve_when_full,
-                   const FinalLayerFn& on_final_layer) {
+                   const FinalLayerFn& on_final_layer, const PrefillControl& control) {
   if (tokens.empty()) throw std::invalid_argument("prefill: no tokens");
   ws.cache().restore_layers();  // layers a retrieving decode left in host memory
   const int64_t max_positions = decoder.config().max_positions;
@@ -145,6 +145,7 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
   const auto patch_room = static_cast<int64_t>(patch.size());
   const bool when_full = reserve_when_full >= 0 && ws.fixed_capacity() && policy.budget() > 0;
   for (int64_t begin = 0; begin < n;) {
+    if (control.cancel && control.cancel->load()) return {};
     int64_t len = std::min(chunk, n - begin);
     if (ws.fixed_capacity()) {
       // A fixed working set holds the budget plus one block; make room when it does not.
@@ -185,6 +186,7 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
       shrink_to(policy, ws, decoder, policy.budget(), trace);
     }
     begin += len;
+    if (control.on_progress) control.on_progress(begin, n);
   }
   return logits.view({-1});
 }
@@ -253,15 +255,18 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
         beside->layer_ready(layer, keys);
       };
     logits = prefill(decoder, policy, ws, new_tokens, options.prefill_chunk, timeline, trace.get(),
-                     options.evict_when_full ? room : -1, on_final_layer);
+                     options.evict_when_full ? room : -1, on_final_layer,
+                     {options.on_prefill_progress, options.cancel});
   }
+  // Cancelled between two prefill blocks: no token; the blocks done stay in the working set.
+  const bool prefill_cancelled = !logits.defined();
   // Batch-1 decode on CUDA replays one recorded step per token (static_decode_step.h) over the
   // working set's fixed slots, whatever the policy keeps there, and with decode-time retrieval
   // whose policy decides on the device (the source attached to the step); a traced request or a
   // policy that watches decode layers keeps the per-layer path.
   std::unique_ptr<StaticDecodeStep> own_step;
   StaticDecodeStep* static_step = nullptr;
-  if (decoder.device().is_cuda() && options.recorded_step && !trace &&
+  if (!prefill_cancelled && decoder.device().is_cuda() && options.recorded_step && !trace &&
       (!retrieval || retrieval->decides_on_device()) &&
       !policy.wants_layers(ForwardPhase::kDecode)) {
     std::unique_ptr<StaticDecodeStep>& slot = options.kept_step ? *options.kept_step : own_step;
@@ -289,7 +294,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
   Clock::time_point decode_start;
   result.stop_reason = "length";
   for (int64_t step = 0; step < room; ++step) {
-    if (options.cancel && options.cancel->load()) {
+    if (prefill_cancelled || (options.cancel && options.cancel->load())) {
       result.stop_reason = "cancelled";
       break;
     }

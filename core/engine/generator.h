@@ -22,6 +22,10 @@ namespace engram {
 
 class StaticDecodeStep;  // core/runtime/static_decode_step.h
 
+// A prefill's progress, after each block: `done` of the `total` tokens it was given are in the
+// working set (a long history's block prefill under a budget takes seconds, on a CPU minutes).
+using PrefillProgressFn = std::function<void(int64_t done, int64_t total)>;
+
 struct GenerationOptions {
   int64_t max_new_tokens = 128;
   SamplingOptions sampling;
@@ -48,7 +52,10 @@ struct GenerationOptions {
   // hands every step's logits [vocab] to on_logits before it (one per generated token).
   const std::vector<int64_t>* forced_tokens = nullptr;
   std::function<void(const at::Tensor&)> on_logits;
+  // Checked before each prefill block and each decode step: a request cancelled in its prefill
+  // returns no tokens and leaves the blocks it did in the working set (a prefix of the prompt).
   const std::atomic<bool>* cancel = nullptr;
+  PrefillProgressFn on_prefill_progress;
 };
 
 struct GenerationResult {
@@ -94,11 +101,17 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
 // empty): called during the last block once a layer's KV is written, with the layer and its keys
 // [H, n, d] over the working set's n slots after the block (they are final when the policy keeps
 // every token).
+// `control`: progress after each block, and a cancel flag read before each block; a cancelled
+// prefill returns an undefined tensor and leaves the blocks it did in the working set.
 using FinalLayerFn = std::function<void(int64_t layer, const at::Tensor& keys)>;
+struct PrefillControl {
+  PrefillProgressFn on_progress;
+  const std::atomic<bool>* cancel = nullptr;
+};
 at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& working_set,
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
                    TraceRecorder* trace, int64_t reserve_when_full = -1,
-                   const FinalLayerFn& on_final_layer = {});
+                   const FinalLayerFn& on_final_layer = {}, const PrefillControl& control = {});
 
 // Full KV over a plain cache (the behaviour before policies): appends `new_tokens` (row 0) to
 // `cache` and generates. `history` is everything already in the

@@ -16,7 +16,8 @@ constexpr size_t kBatchRows = 16;
 }  // namespace
 
 std::vector<Embedding> embed_texts(const Decoder& decoder, const Tokenizer& tokenizer,
-                                   const std::vector<std::string>& texts) {
+                                   const std::vector<std::string>& texts,
+                                   const std::function<void(int64_t done)>& on_progress) {
   const ModelConfig& c = decoder.config();
   std::vector<std::vector<int64_t>> ids(texts.size());
   int64_t skip = 0;
@@ -74,6 +75,7 @@ std::vector<Embedding> embed_texts(const Decoder& decoder, const Tokenizer& toke
       normalize(e);
       out[order[first + r]] = std::move(e);
     }
+    if (on_progress) on_progress(static_cast<int64_t>(first + rows));
   }
   return out;
 }

@@ -5,6 +5,7 @@
 // model's own states are the default (DESIGN.md "Memory"). A window's text is its utterance lines.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,10 @@ namespace engram {
 Embedding embed_text(const Decoder& decoder, const Tokenizer& tokenizer, const std::string& text);
 
 // The same for several texts, batched (rows padded after each text's end): what embed_text
-// gives each text alone, in fewer forwards.
+// gives each text alone, in fewer forwards. `on_progress` (may be empty) hears how many texts are
+// embedded after each forward (a long conversation's windows take seconds on a CPU).
 std::vector<Embedding> embed_texts(const Decoder& decoder, const Tokenizer& tokenizer,
-                                   const std::vector<std::string>& texts);
+                                   const std::vector<std::string>& texts,
+                                   const std::function<void(int64_t done)>& on_progress = {});
 
 }  // namespace engram
