@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -27,6 +28,7 @@
 #include "core/policies/episode_trace.h"
 #include "core/policies/layer_budget.h"
 #include "core/policies/policy_registry.h"
+#include "storage/conversation_export.h"
 #include "storage/database.h"
 
 using namespace engram;
@@ -87,6 +89,17 @@ std::vector<int64_t> last_prompt(const LoadedModel& model, const ChatSession& se
   before.pop_back();
   const std::vector<int32_t> ids = model.chat_template->encode(*model.tokenizer, before, true);
   return {ids.begin(), ids.end()};
+}
+
+// ~3,000 tokens of chat with engram-tiny's template: several blocks under any budget.
+std::vector<ChatMessage> long_history() {
+  std::vector<ChatMessage> history;
+  const std::vector<std::string> texts = user_turns(120);
+  for (size_t i = 0; i + 1 < texts.size(); i += 2) {
+    history.push_back({"user", texts[i]});
+    history.push_back({"assistant", texts[i + 1]});
+  }
+  return history;
 }
 
 bool is_prefix(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
@@ -345,13 +358,8 @@ class ChatEpisodesTest : public QObject {
   // says so as it goes; stopped in the build it keeps the blocks it did, and tried again it goes
   // on from them and answers exactly as the turn that was never stopped.
   void aStoppedBuildKeepsItsBlocksAndGoesOnFromThem() {
-    std::vector<ChatMessage> history;
-    const std::vector<std::string> texts = user_turns(120);
-    for (size_t i = 0; i + 1 < texts.size(); i += 2) {
-      history.push_back({"user", texts[i]});
-      history.push_back({"assistant", texts[i + 1]});
-    }
-    const std::string turn = texts.back();
+    const std::vector<ChatMessage> history = long_history();
+    const std::string turn = user_turns(121).back();
     ChatSession whole(*model_, {}, {"epicache", 256});
     whole.set_history(history);
     std::vector<TurnProgress> seen;
@@ -416,6 +424,92 @@ class ChatEpisodesTest : public QObject {
     QCOMPARE(c.reused_tokens, done_at_stop);
     QCOMPARE(c.generation.tokens, a.generation.tokens);
     QCOMPARE(stopped.cached_ids(), whole.cached_ids());
+  }
+
+  // Between turns the app brings the waiting episodes up to the conversation a block at a time
+  // (the ones not built first): afterwards no episode is a block behind the conversation, and
+  // the next turn, wherever it goes, builds nothing.
+  void waitingEpisodesArePreparedBetweenTurns() {
+    ChatSession session(*model_, {}, {"epicache", 256});
+    session.set_history(long_history());
+    const std::vector<std::string> turns = user_turns(3);
+    const ChatReply first = session.reply(turns[0], greedy(8), {});
+    QVERIFY(first.route.clustered);
+    const int64_t builds = session.episode_builds();
+    const int64_t episodes = first.episodes;
+    QVERIFY(episodes >= 2);
+    const std::vector<int32_t> rendered =
+        model_->chat_template->encode(*model_->tokenizer, session.history(), false);
+    std::set<int32_t> prepared;
+    int steps = 0;
+    while (const auto step = session.prepare_waiting_episode()) {
+      QCOMPARE(step->stage, TurnProgress::Stage::kPreparing);
+      QCOMPARE(int64_t{step->episodes}, episodes);
+      QCOMPARE(step->total, static_cast<int64_t>(rendered.size()));
+      QVERIFY(step->done <= step->total);
+      QCOMPARE(session.active_episode(), step->episode);
+      QVERIFY(is_prefix(session.cached_ids(), {rendered.begin(), rendered.end()}));
+      prepared.insert(step->episode);
+      QVERIFY2(++steps < 200, "the preparation does not end");
+    }
+    QVERIFY(!prepared.contains(first.route.episode));  // the routed one is current
+    // The episodes the first turn did not build, each built once, now whole.
+    QCOMPARE(static_cast<int64_t>(prepared.size()), episodes - 1);
+    QCOMPARE(session.episode_builds(), builds + episodes - 1);
+    // Each one less than a block behind the conversation (a block is 512 on the CPU).
+    for (int32_t e : prepared) {
+      const std::vector<int64_t>& ids = session.episode_ids(e);
+      QVERIFY(is_prefix(ids, {rendered.begin(), rendered.end()}));
+      QVERIFY(rendered.size() - ids.size() < 512);
+    }
+    // A new turn, wherever it goes, builds nothing and reuses all but that last block at most.
+    const ChatReply next = session.reply(turns[1], greedy(8), {});
+    QVERIFY(next.route.episode >= 0);
+    QCOMPARE(session.episode_builds(), builds + episodes - 1);
+    QVERIFY2(next.reused_tokens > static_cast<int64_t>(rendered.size()) - 512,
+             qPrintable(QString("%1 of %2").arg(next.reused_tokens).arg(rendered.size())));
+    // Nothing left to prepare that is a block behind.
+    QVERIFY(!session.prepare_waiting_episode().has_value());
+  }
+
+  // The app's side: a long conversation imported (no KV) and opened under epicache, one question;
+  // Assistant::prepare_memory_step then prepares every waiting episode, and the save stores all
+  // their caches, so a restart builds none of them.
+  void theAssistantPreparesAndStoresEveryEpisode() {
+    QTemporaryDir profile;
+    const fs::path file = fs::path(profile.path().toStdString()) / "long.json";
+    {
+      storage::ConversationTranscript t;
+      t.conversation.name = "long";
+      t.conversation.memory_policy = "epicache";
+      t.conversation.kv_budget = 256;
+      int64_t i = 0;
+      for (const ChatMessage& m : long_history())
+        t.utterances.push_back({0, i++, m.role, m.content, 0, 0, 0});
+      std::ofstream(file) << storage::conversations_to_json({t});
+    }
+    Assistant assistant(fs::path(profile.path().toStdString()) / "profile");
+    (void)assistant.load({kModelDir, "cpu", "f32"});
+    const std::vector<ConversationInfo> imported = assistant.import_conversations(file);
+    QCOMPARE(imported.size(), size_t{1});
+    (void)assistant.open_conversation(imported[0].id);
+    QCOMPARE(assistant.memory_policy().spec, std::string("epicache"));
+    QVERIFY(!assistant.prepare_memory_step().has_value());  // no episodes before a question
+    AssistantSampling sampling;
+    sampling.temperature = 0;
+    sampling.max_new_tokens = 8;
+    const ReplyStats first = assistant.send(user_turns(1)[0], sampling, {});
+    QVERIFY(first.episode_step != nullptr);
+    const auto episodes = static_cast<int64_t>(first.episode_step->episodes.size());
+    std::set<int32_t> prepared;
+    int steps = 0;
+    while (const auto step = assistant.prepare_memory_step()) {
+      prepared.insert(step->episode);
+      QVERIFY2(++steps < 200, "the preparation does not end");
+    }
+    QCOMPARE(static_cast<int64_t>(prepared.size()), episodes - 1);
+    (void)assistant.save_memory();
+    QCOMPARE(assistant.memory().stored_episode_caches, episodes);
   }
 
   // The app's side (Assistant): a long message shows its prefill's progress, stop() ends the turn

@@ -237,6 +237,7 @@ void EngineWorker::send(const QString& text, const AssistantSampling& sampling) 
     if (!had_conversation) Q_EMIT conversationStarted(*assistant_->current_conversation());
     Q_EMIT conversationsChanged();
     save_memory();
+    queue_preparation();
   } catch (const std::exception& e) {
     Q_EMIT replyFailed(readable_error(e), text);
   }
@@ -255,6 +256,7 @@ void EngineWorker::regenerate(const AssistantSampling& sampling) {
     Q_EMIT replyFinished(stats);
     Q_EMIT conversationsChanged();
     save_memory();
+    queue_preparation();
   } catch (const std::exception& e) {
     Q_EMIT replyFailed(readable_error(e), QString());
   }
@@ -272,6 +274,40 @@ void EngineWorker::restore_memory() {
                     "the text on the next answer. (%1)")
                      .arg(readable_error(e)));
   }
+}
+
+void EngineWorker::queue_preparation() {
+  if (prepare_queued_) return;
+  prepare_queued_ = true;
+  QMetaObject::invokeMethod(this, &EngineWorker::prepareMemory, Qt::QueuedConnection);
+}
+
+void EngineWorker::prepareMemory() {
+  prepare_queued_ = false;
+  if (!assistant_) return;
+  std::optional<TurnProgress> step;
+  try {
+    step = assistant_->prepare_memory_step();
+  } catch (const std::exception& e) {
+    prepared_ = false;
+    Q_EMIT error(tr("An episode could not be prepared for the next answer; it is built when a "
+                    "question goes to it. (%1)")
+                     .arg(readable_error(e)));
+    return;
+  }
+  if (!step) {
+    if (prepared_) {
+      prepared_ = false;
+      save_memory();
+      refreshMemory();
+      Q_EMIT memoryPrepared();
+    }
+    return;
+  }
+  prepared_ = true;
+  Q_EMIT memoryPreparing(QString::fromStdString(describe_turn_progress(*step)), step->done,
+                         step->total);
+  queue_preparation();
 }
 
 void EngineWorker::save_memory() {

@@ -61,6 +61,11 @@ class EngineWorker : public QObject {
   void setMemoryPolicy(const engram::MemoryPolicyChoice& choice);
   // Closes the model and the store (the profile lock goes with it).
   void shutdown();
+  // Between turns, while nobody waits (EpiCache): one block of bringing a waiting episode up to
+  // the conversation (Assistant::prepare_memory_step), then itself again through the event
+  // queue, so a request that comes meanwhile runs first and waits one block at most; a save when
+  // nothing is left. Called after each reply.
+  void prepareMemory();
 
  Q_SIGNALS:
   void profileOpened(const QString& dir);
@@ -87,6 +92,9 @@ class EngineWorker : public QObject {
   void memoryRestored(const engram::MemoryRestore& restore);
   // The conversation's KV went to the store after a reply.
   void memorySaved(const engram::MemorySave& save);
+  // prepareMemory's block: what it is doing (core/engine/turn_progress.h), and when it is done.
+  void memoryPreparing(const QString& what, qint64 done, qint64 total);
+  void memoryPrepared();
   void conversationsChanged();
   void conversationsExported(const QString& file, qint64 count);
   void conversationsImported(const QString& file,
@@ -104,6 +112,7 @@ class EngineWorker : public QObject {
   void restore_memory();
   // After a reply: the session's KV into the store, so a restart does not re-read the history.
   void save_memory();
+  void queue_preparation();
 
   QString profile_dir_;
   EngineEvents* events_;
@@ -111,6 +120,8 @@ class EngineWorker : public QObject {
   std::atomic<Assistant*> running_{nullptr};
   qint64 last_memory_ms_ = 0;
   qint64 last_progress_ms_ = 0;
+  bool prepare_queued_ = false;  // a prepareMemory call waits in the event queue
+  bool prepared_ = false;        // prepareMemory did work not saved yet
   int last_progress_stage_ = -1;
 };
 

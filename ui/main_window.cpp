@@ -310,6 +310,12 @@ void MainWindow::connect_worker() {
   connect(worker_, &EngineWorker::replyText, this, [this](const QString& text) {
     if (auto* b = chat_->last()) b->append(text);
   });
+  connect(worker_, &EngineWorker::memoryPreparing, this,
+          [this](const QString& what, qint64, qint64) { statusBar()->showMessage(what, 3000); });
+  connect(worker_, &EngineWorker::memoryPrepared, this, [this] {
+    statusBar()->showMessage(tr("Every episode is ready for the next question"), 5000);
+    Q_EMIT memoryPrepared();
+  });
   connect(worker_, &EngineWorker::replyProgress, this,
           [this](const QString& what, qint64 done, qint64 total) {
             if (auto* b = chat_->last(); b && b->text().isEmpty())

@@ -100,6 +100,8 @@ class MainWindow : public QMainWindow {
   void conversationShown(qint64 id);
   void conversationsRefreshed();
   void busyChanged(bool busy);
+  // The worker brought every waiting episode up to the conversation between turns (EpiCache).
+  void memoryPrepared();
   // The open conversation's stored KV was read into the engine, or could not be used.
   void memoryRestored(const engram::MemoryRestore& restore);
   void conversationsExported(const QString& file, qint64 count);

@@ -695,6 +695,11 @@ MemorySave Assistant::save_memory() {
   return out;
 }
 
+std::optional<TurnProgress> Assistant::prepare_memory_step() {
+  if (!s_->model || !s_->session || !s_->conversation || s_->kv_pending) return std::nullopt;
+  return s_->session->prepare_waiting_episode();
+}
+
 MemorySnapshot Assistant::memory() const {
   MemorySnapshot snap;
   snap.conversation_id = s_->conversation.value_or(0);

@@ -266,6 +266,13 @@ class Assistant {
   // reply. Throws storage::StoreError (e.g. StorageFull); the text stays stored either way.
   MemorySave save_memory();
 
+  // Work between turns while nobody waits (EpiCache): one block of bringing a waiting episode of
+  // the open conversation up to it (ChatSession::prepare_waiting_episode), so the next turn
+  // routed there builds nothing. The app calls it again and again while it is idle, saving when
+  // it returns nullopt (nothing left). Nullopt too without a model, a conversation, episodes, or
+  // before the stored KV was brought in.
+  std::optional<TurnProgress> prepare_memory_step();
+
   MemorySnapshot memory() const;
 
   // The memory policies a conversation can use, in menu order, and the one new chats get.

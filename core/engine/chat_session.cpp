@@ -292,6 +292,61 @@ void ChatSession::switch_episode(int32_t episode) {
   active_episode_ = episode;
 }
 
+std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
+  if (!router_ || !router_->clustered() || active_episode_ < 0 || messages_.empty() ||
+      messages_.back().role != "assistant")
+    return std::nullopt;
+  const std::vector<int32_t> rendered = model_.chat_template->encode(
+      *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
+  const std::vector<int64_t> ids(rendered.begin(), rendered.end());
+  const auto fed_of = [&](const std::vector<int64_t>& have) {
+    const auto n = std::min(have.size(), ids.size());
+    return static_cast<int64_t>(std::mismatch(have.begin(), have.begin() + n, ids.begin()).first -
+                                have.begin());
+  };
+  int32_t pick = -1;
+  int64_t most_behind = 0;
+  for (size_t e = 0; e < episode_caches_.size(); ++e) {
+    const auto episode = static_cast<int32_t>(e);
+    const std::vector<int64_t>& have =
+        episode == active_episode_ ? cached_ids_ : episode_caches_[e].ids;
+    if (have.empty()) {  // not built: the first turn routed there would build it
+      pick = episode;
+      break;
+    }
+    const int64_t behind = static_cast<int64_t>(ids.size()) - fed_of(have);
+    if (behind >= block_ && behind > most_behind) {
+      pick = episode;
+      most_behind = behind;
+    }
+  }
+  if (pick < 0) return std::nullopt;
+  switch_episode(pick);
+  const size_t common = sync_prefix(ids, 0, nullptr);
+  const bool building = common == 0;
+  const size_t len = std::min(static_cast<size_t>(block_), ids.size() - common);
+  const std::vector<int64_t> block(ids.begin() + static_cast<std::ptrdiff_t>(common),
+                                   ids.begin() + static_cast<std::ptrdiff_t>(common + len));
+  gpu::DeviceTimeline timeline(ws_->cache().device());
+  // Evicting only when full, as a turn's catch-up does (GenerationOptions::evict_when_full).
+  (void)prefill(*model_.decoder, *policy_, *ws_, block, block_, timeline, nullptr,
+                /*reserve_when_full=*/0);
+  keep_fed_prefix(ids);
+  if (building) {
+    ++episode_builds_;
+    router_->built(pick);
+  } else {
+    router_->fed(pick, static_cast<int64_t>(len));
+  }
+  TurnProgress out;
+  out.stage = TurnProgress::Stage::kPreparing;
+  out.episode = pick;
+  out.episodes = static_cast<int32_t>(router_->episodes().size());
+  out.done = static_cast<int64_t>(cached_ids_.size());
+  out.total = static_cast<int64_t>(ids.size());
+  return out;
+}
+
 EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens, const TurnProgressFn& on_progress) {
   if (messages_.empty() || messages_.back().role != "user") return {};
   std::vector<std::string> lines;

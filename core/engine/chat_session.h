@@ -128,8 +128,16 @@ class ChatSession {
   // per given episode, why it was refused (it is then rebuilt when routed to); empty when adopted.
   std::vector<std::string> adopt_episode_kv(std::vector<RestoredEpisodeKv> episodes);
   // Turns that built or rebuilt their episode's cache from the text (a block prefill of the
-  // history) since the session began.
+  // history) since the session began, and the builds done between turns.
   int64_t episode_builds() const { return episode_builds_; }
+  // Work between turns (the app calls it while nobody waits, one block a call, so a new request
+  // waits for one block at most): brings one waiting episode a block closer to the conversation
+  // so far, by block prefill under its own patch and the budget as a turn routed there would:
+  // first an episode not built yet (otherwise the first turn routed there builds it from the
+  // whole history: minutes on a CPU), then the one furthest behind by a block or more. The
+  // conversation must end with a reply. Returns that episode, the tokens its stream now holds of
+  // the conversation's `total`; nullopt when no episode needs it.
+  std::optional<TurnProgress> prepare_waiting_episode();
   // The episodes panel's view of a routed turn (core/policies/episode_trace.h): windows, episodes
   // with their cache sizes, the query; std::nullopt when the turn was not routed.
   std::optional<EpisodeTraceStep> episode_trace_step(const ChatReply& reply) const;

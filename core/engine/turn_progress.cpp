@@ -23,6 +23,9 @@ std::string describe_turn_progress(const TurnProgress& p) {
     case TurnProgress::Stage::kBuilding:
       return "Building episode " + std::to_string(p.episode + 1) + " of " +
              std::to_string(p.episodes) + " from the history: " + of + " tokens";
+    case TurnProgress::Stage::kPreparing:
+      return "Preparing episode " + std::to_string(p.episode + 1) + " of " +
+             std::to_string(p.episodes) + " for the next turn: " + of + " tokens";
     case TurnProgress::Stage::kReading:
       break;
   }

@@ -12,12 +12,13 @@ namespace engram {
 
 struct TurnProgress {
   enum class Stage : uint8_t {
-    kIndexing,  // embedding the conversation's windows (done / total windows)
-    kBuilding,  // an episode's cache from the history (done / total tokens of the prefill)
-    kReading,   // the turn's own prefill (done / total tokens)
+    kIndexing,   // embedding the conversation's windows (done / total windows)
+    kBuilding,   // an episode's cache from the history (done / total tokens of the prefill)
+    kReading,    // the turn's own prefill (done / total tokens)
+    kPreparing,  // between turns: a waiting episode brought up to the conversation (tokens)
   };
   Stage stage = Stage::kReading;
-  int32_t episode = -1;  // kBuilding: the episode (0-based) of `episodes`
+  int32_t episode = -1;  // kBuilding, kPreparing: the episode (0-based) of `episodes`
   int32_t episodes = 0;
   int64_t done = 0;
   int64_t total = 0;
