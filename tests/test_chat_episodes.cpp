@@ -424,6 +424,10 @@ class ChatEpisodesTest : public QObject {
     QCOMPARE(c.reused_tokens, done_at_stop);
     QCOMPARE(c.generation.tokens, a.generation.tokens);
     QCOMPARE(stopped.cached_ids(), whole.cached_ids());
+    // The build's second part is the build, not new text towards a rebuild.
+    const auto e = static_cast<size_t>(a.route.episode);
+    QCOMPARE(stopped.episodes()->episodes()[e].fed_since_build,
+             whole.episodes()->episodes()[e].fed_since_build);
   }
 
   // Between turns the app brings the waiting episodes up to the conversation a block at a time
@@ -461,10 +465,13 @@ class ChatEpisodesTest : public QObject {
       const std::vector<int64_t>& ids = session.episode_ids(e);
       QVERIFY(is_prefix(ids, {rendered.begin(), rendered.end()}));
       QVERIFY(rendered.size() - ids.size() < 512);
+      // Built in many steps, still a build: nothing counts towards a rebuild.
+      QCOMPARE(session.episodes()->episodes()[static_cast<size_t>(e)].fed_since_build, int64_t{0});
     }
     // A new turn, wherever it goes, builds nothing and reuses all but that last block at most.
     const ChatReply next = session.reply(turns[1], greedy(8), {});
     QVERIFY(next.route.episode >= 0);
+    QVERIFY(!next.route.rebuild);
     QCOMPARE(session.episode_builds(), builds + episodes - 1);
     QVERIFY2(next.reused_tokens > static_cast<int64_t>(rendered.size()) - 512,
              qPrintable(QString("%1 of %2").arg(next.reused_tokens).arg(rendered.size())));

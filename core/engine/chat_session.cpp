@@ -225,7 +225,21 @@ const std::vector<at::Tensor>& ChatSession::episode_scores(int32_t episode) cons
   return static_cast<const EpiCachePolicy&>(p).scores();
 }
 
+void ChatSession::count_fed(int32_t episode, int64_t before, int64_t after, int64_t conversation) {
+  if (before == 0) {  // a build (or rebuild) from the text starts
+    ++episode_builds_;
+    build_ends_[episode] = conversation;
+  }
+  if (const auto it = build_ends_.find(episode); it != build_ends_.end()) {
+    router_->built(episode);  // still the build: history it started from, not new text
+    if (after >= it->second) build_ends_.erase(it);
+    return;
+  }
+  router_->fed(episode, after - before);
+}
+
 void ChatSession::drop_episode_caches() {
+  build_ends_.clear();
   episode_caches_.clear();
   if (episode_kv_) episode_kv_->clear();
   active_episode_ = -1;
@@ -323,7 +337,6 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   if (pick < 0) return std::nullopt;
   switch_episode(pick);
   const size_t common = sync_prefix(ids, 0, nullptr);
-  const bool building = common == 0;
   const size_t len = std::min(static_cast<size_t>(block_), ids.size() - common);
   const std::vector<int64_t> block(ids.begin() + static_cast<std::ptrdiff_t>(common),
                                    ids.begin() + static_cast<std::ptrdiff_t>(common + len));
@@ -332,12 +345,8 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   (void)prefill(*model_.decoder, *policy_, *ws_, block, block_, timeline, nullptr,
                 /*reserve_when_full=*/0);
   keep_fed_prefix(ids);
-  if (building) {
-    ++episode_builds_;
-    router_->built(pick);
-  } else {
-    router_->fed(pick, static_cast<int64_t>(len));
-  }
+  count_fed(pick, static_cast<int64_t>(common), ws_->stream_tokens(),
+            static_cast<int64_t>(ids.size()));
   TurnProgress out;
   out.stage = TurnProgress::Stage::kPreparing;
   out.episode = pick;
@@ -371,6 +380,7 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens, const TurnProgressFn
   if (route.clustered) {  // every episode starts unbuilt; the single cache is dropped
     if (active_episode_ >= 0) policy_ = base_policy_->clone();
     ws_->set_capture(false);
+    build_ends_.clear();
     episode_caches_.clear();
     if (episode_kv_) episode_kv_->clear();
     active_episode_ = -1;
@@ -495,7 +505,8 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
     reply.episodes = static_cast<int64_t>(router_->episodes().size());
   }
   // An episode whose cache starts empty is built by this turn (block prefill of the history).
-  const bool building = reply.route.episode >= 0 && cached_ids_.empty();
+  const bool building = reply.route.episode >= 0 &&
+                        (cached_ids_.empty() || build_ends_.contains(reply.route.episode));
   // Reuse the cached prefix; at least one token must be computed to get logits.
   const size_t common = sync_prefix(prompt, 1, &reply.rebuilt);
 
@@ -561,14 +572,9 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   cached_ids_.insert(cached_ids_.end(), reply.generation.tokens.begin(),
                      reply.generation.tokens.begin() + std::max<int64_t>(0, fed));
   messages_.push_back({"assistant", reply.text});
-  if (reply.route.episode >= 0) {
-    if (building || reply.rebuilt) {
-      ++episode_builds_;
-      router_->built(reply.route.episode);
-    } else {
-      router_->fed(reply.route.episode, ws_->stream_tokens() - static_cast<int64_t>(common));
-    }
-  }
+  if (reply.route.episode >= 0)
+    count_fed(reply.route.episode, static_cast<int64_t>(common), ws_->stream_tokens(),
+              static_cast<int64_t>(prompt.size()));
   reply.evicted_tokens = reply.generation.evicted_tokens;
   reply.attention_tokens = ws_->tokens();
   reply.stream_tokens = ws_->stream_tokens();

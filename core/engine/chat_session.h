@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -181,6 +182,12 @@ class ChatSession {
   std::vector<int64_t> episode_patch(const std::string& patch_source) const;
   std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;
   void set_episode_patch(int32_t episode, const std::string& patch_source);
+  // Tells the router what episode `episode`'s stream took in ([before, after) of a conversation
+  // of `conversation` tokens). A build from the text may take several calls (a stopped turn, the
+  // work between turns): until the stream reaches where the conversation was when it started,
+  // what it takes in is the build (its count of tokens fed since then stays 0), not new text that
+  // moves it towards a rebuild.
+  void count_fed(int32_t episode, int64_t before, int64_t after, int64_t conversation);
 
   // An episode while another one is active (its policy holds its patch and scores); its KV
   // waits in episode_kv_ (none stored: not built yet, the next route builds it).
@@ -209,6 +216,7 @@ class ChatSession {
   EpisodeKvPoolOptions episode_kv_options_{.pinned_episodes = 0};
   int32_t active_episode_ = -1;
   int64_t episode_builds_ = 0;
+  std::map<int32_t, int64_t> build_ends_;  // episode -> where its unfinished build ends
 };
 
 }  // namespace engram
