@@ -5,7 +5,7 @@
 #   ENGRAM_COMMIT=<sha> OUT=$OUT bash bench/results/2026-11-27-h100-epicache-prepared/run.sh
 SECONDS=0
 (bash bench/run_device_epicache.sh build | tail -1); echo "built at ${SECONDS}s"
-SHAPE=llama3.2-3b METHODS="epicache-prepared:220 prefix:150 epicache:200" \
+SHAPE=llama3.2-3b METHODS="${METHODS:-epicache-prepared:220 prefix:150 epicache:200}" \
   bash bench/run_device_epicache.sh turns 2>&1 | tail -12
 echo "done at ${SECONDS}s"
 python3 - "$OUT/epicache-turns.json" <<'PY'
