@@ -479,6 +479,36 @@ class ChatEpisodesTest : public QObject {
     QVERIFY(!session.prepare_waiting_episode().has_value());
   }
 
+  // An episode fed past its limit (budget + block) is re-clustered and rebuilt between turns, as a
+  // turn routed there would have done: with the work between turns no turn rebuilds or builds.
+  void episodesPastTheirLimitAreRebuiltBetweenTurns() {
+    ChatSession session(*model_, {}, {"epicache", 256});
+    session.set_history(long_history());
+    const int64_t limit = session.episodes()->options().rebuild_tokens;
+    QVERIFY(limit > 0);
+    const auto prepare_all = [&] {
+      int steps = 0;
+      while (session.prepare_waiting_episode())
+        QVERIFY2(++steps < 500, "the preparation does not end");
+    };
+    const std::vector<std::string> turns = user_turns(40);
+    (void)session.reply(turns[0], greedy(8), {});
+    prepare_all();
+    int64_t rebuilt_between = 0;
+    for (size_t i = 1; i < turns.size(); ++i) {
+      const ChatReply r = session.reply(turns[i], greedy(8), {});
+      QVERIFY2(!r.route.rebuild, "a turn rebuilt an episode");
+      QVERIFY2(r.reused_tokens > 0, "a turn built an episode");
+      const int64_t builds = session.episode_builds();
+      prepare_all();
+      rebuilt_between += session.episode_builds() - builds;
+      for (const ChatEpisode& e : session.episodes()->episodes())
+        QVERIFY(e.fed_since_build <= limit);
+    }
+    qInfo("%lld episodes rebuilt between turns", static_cast<long long>(rebuilt_between));
+    QVERIFY2(rebuilt_between > 0, "no episode outgrew its limit in these turns");
+  }
+
   // The app's side: a long conversation imported (no KV) and opened under epicache, one question;
   // Assistant::prepare_memory_step then prepares every waiting episode, and the save stores all
   // their caches, so a restart builds none of them.

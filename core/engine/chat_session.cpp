@@ -306,10 +306,37 @@ void ChatSession::switch_episode(int32_t episode) {
   active_episode_ = episode;
 }
 
+std::vector<std::string> ChatSession::utterance_lines(size_t messages) const {
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < messages; ++i) {
+    if (messages_[i].role != "system")
+      lines.push_back(EpisodeRouter::utterance_line(messages_[i].role, messages_[i].content));
+  }
+  return lines;
+}
+
+TextsEmbedder ChatSession::embedder(const TurnProgressFn& on_progress) const {
+  return [this, on_progress](const std::vector<std::string>& texts) {
+    const auto total = static_cast<int64_t>(texts.size());
+    return embed_texts(*model_.decoder, *model_.tokenizer, texts, [&](int64_t done) {
+      if (on_progress) on_progress({TurnProgress::Stage::kIndexing, -1, 0, done, total});
+    });
+  };
+}
+
 std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   if (!router_ || !router_->clustered() || active_episode_ < 0 || messages_.empty() ||
       messages_.back().role != "assistant")
     return std::nullopt;
+  // An episode fed past its limit is re-clustered and rebuilt now, not by the turn routed there.
+  const EpisodeRoute due = router_->refresh_due(utterance_lines(messages_.size()), embedder({}));
+  if (due.rebuild) {
+    for (int32_t e : due.patch_changed)
+      set_episode_patch(e, router_->episodes()[static_cast<size_t>(e)].patch_source);
+    switch_episode(due.episode);
+    ws_->clear();
+    cached_ids_.clear();
+  }
   const std::vector<int32_t> rendered = model_.chat_template->encode(
       *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
   const std::vector<int64_t> ids(rendered.begin(), rendered.end());
@@ -358,19 +385,9 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
 
 EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens, const TurnProgressFn& on_progress) {
   if (messages_.empty() || messages_.back().role != "user") return {};
-  std::vector<std::string> lines;
-  for (size_t i = 0; i + 1 < messages_.size(); ++i) {
-    if (messages_[i].role != "system")
-      lines.push_back(EpisodeRouter::utterance_line(messages_[i].role, messages_[i].content));
-  }
   const std::string query = EpisodeRouter::utterance_line("user", messages_.back().content);
-  const TextsEmbedder embed = [&](const std::vector<std::string>& texts) {
-    const auto total = static_cast<int64_t>(texts.size());
-    return embed_texts(*model_.decoder, *model_.tokenizer, texts, [&](int64_t done) {
-      if (on_progress) on_progress({TurnProgress::Stage::kIndexing, -1, 0, done, total});
-    });
-  };
-  EpisodeRoute route = router_->route(lines, query, prompt_tokens > policy_->budget(), embed);
+  EpisodeRoute route = router_->route(utterance_lines(messages_.size() - 1), query,
+                                      prompt_tokens > policy_->budget(), embedder(on_progress));
   if (route.episode < 0) {
     // The history was replaced below what was clustered.
     if (active_episode_ >= 0) drop_episode_caches();

@@ -134,8 +134,9 @@ class ChatSession {
   // Work between turns (the app calls it while nobody waits, one block a call, so a new request
   // waits for one block at most): brings one waiting episode a block closer to the conversation
   // so far, by block prefill under its own patch and the budget as a turn routed there would:
-  // first an episode not built yet (otherwise the first turn routed there builds it from the
-  // whole history: minutes on a CPU), then the one furthest behind by a block or more. The
+  // first an episode fed past its limit is re-clustered and rebuilt (as the turn routed there
+  // would), then an episode not built yet (otherwise the first turn routed there builds it from
+  // the whole history: minutes on a CPU), then the one furthest behind by a block or more. The
   // conversation must end with a reply. Returns that episode, the tokens its stream now holds of
   // the conversation's `total`; nullopt when no episode needs it.
   std::optional<TurnProgress> prepare_waiting_episode();
@@ -175,6 +176,10 @@ class ChatSession {
   // EpiCache: routes the turn (the last message, from the user) and installs the routed
   // episode's cache, policy and stream; `prompt_tokens` is the rendered conversation's length.
   EpisodeRoute route_turn(int64_t prompt_tokens, const TurnProgressFn& on_progress);
+  // The router's view of the first `messages` messages (system prompt left out), and its
+  // embedder (the model's own states, reporting progress as indexing).
+  std::vector<std::string> utterance_lines(size_t messages) const;
+  TextsEmbedder embedder(const TurnProgressFn& on_progress) const;
   void switch_episode(int32_t episode);
   // Every episode's cache gone, no episode active, the working set empty under the base policy.
   void drop_episode_caches();

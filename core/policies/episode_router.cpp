@@ -148,10 +148,7 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
     embedded.pop_back();
     fresh.pop_back();
   }
-  for (size_t i = 0; i < fresh.size(); ++i) {
-    raw_.push_back(std::move(embedded[i]));
-    window_texts_.push_back(std::move(fresh[i]));
-  }
+  add_windows(std::move(fresh), std::move(embedded));
   route.embed_ms = ms_since(t0);
   if (!clustered()) {
     if (!routes) return route;
@@ -185,6 +182,38 @@ EpisodeRoute EpisodeRouter::route(const std::vector<std::string>& lines,
     route.cluster_ms += ms_since(t0);
     route.rebuild = true;
   }
+  return route;
+}
+
+void EpisodeRouter::add_windows(std::vector<std::string> texts, std::vector<Embedding> embedded) {
+  if (embedded.size() != texts.size())
+    throw std::logic_error("EpisodeRouter: the embedder returned a different number of texts");
+  for (size_t i = 0; i < texts.size(); ++i) {
+    raw_.push_back(std::move(embedded[i]));
+    window_texts_.push_back(std::move(texts[i]));
+  }
+}
+
+EpisodeRoute EpisodeRouter::refresh_due(const std::vector<std::string>& lines,
+                                        const TextsEmbedder& embed) {
+  EpisodeRoute route;
+  if (!clustered() || options_.rebuild_tokens <= 0) return route;
+  int32_t due = -1;
+  for (size_t e = 0; e < episodes_.size(); ++e) {
+    const int64_t fed = episodes_[e].fed_since_build;
+    if (fed > options_.rebuild_tokens && (due < 0 || fed > episodes_[due].fed_since_build))
+      due = static_cast<int32_t>(e);
+  }
+  if (due < 0) return route;
+  std::vector<std::string> fresh;
+  if (!sync_windows(lines, fresh)) return route;  // an edited history: the next turn starts over
+  if (!fresh.empty()) {
+    std::vector<Embedding> embedded = embed(fresh);
+    add_windows(std::move(fresh), std::move(embedded));
+  }
+  recluster(route);
+  route.episode = due;
+  route.rebuild = true;
   return route;
 }
 

@@ -72,6 +72,11 @@ class EpisodeRouter {
                      bool over_budget, const TextsEmbedder& embed);
   EpisodeRoute route(const std::vector<std::string>& lines, const std::string& query_line,
                      bool over_budget, const TextEmbedder& embed);
+  // Between turns: the episode fed furthest past `rebuild_tokens` (none: episode -1) gets now the
+  // re-clustering a turn routed there would do (the windows of `lines`, every utterance line so
+  // far, embedded first), and `rebuild` asks for its cache to be rebuilt; the paper refreshes an
+  // episode when it outgrows its budget, whether or not a question goes to it.
+  EpisodeRoute refresh_due(const std::vector<std::string>& lines, const TextsEmbedder& embed);
   // `tokens` more were fed into episode `e`'s cache; built(e): its cache was (re)built now.
   void fed(int32_t episode, int64_t tokens);
   void built(int32_t episode);
@@ -99,6 +104,7 @@ class EpisodeRouter {
   // and returns the texts of the rest in `fresh` (route() embeds them with the query). Returns
   // false when a window that was clustered changed (edited history).
   bool sync_windows(const std::vector<std::string>& lines, std::vector<std::string>& fresh);
+  void add_windows(std::vector<std::string> texts, std::vector<Embedding> embedded);
   void cluster();
   void recluster(EpisodeRoute& route);
   std::vector<Embedding> centred_windows() const;
