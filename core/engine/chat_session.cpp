@@ -345,9 +345,12 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     return static_cast<int64_t>(std::mismatch(have.begin(), have.begin() + n, ids.begin()).first -
                                 have.begin());
   };
+  // The active episode first while it is a block behind (a build under way): each switch writes
+  // one working set back and loads another, and alternating episodes switched at every block.
   int32_t pick = -1;
   int64_t most_behind = 0;
-  for (size_t e = 0; e < episode_caches_.size(); ++e) {
+  if (static_cast<int64_t>(ids.size()) - fed_of(cached_ids_) >= block_) pick = active_episode_;
+  for (size_t e = 0; e < episode_caches_.size() && pick != active_episode_; ++e) {
     const auto episode = static_cast<int32_t>(e);
     const std::vector<int64_t>& have =
         episode == active_episode_ ? cached_ids_ : episode_caches_[e].ids;
