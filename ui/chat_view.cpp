@@ -56,27 +56,24 @@ MessageBubble::MessageBubble(const QString& role, const QString& text, QWidget* 
   body_->viewport()->installEventFilter(this);
   // Streaming edits the document in place: keep no undo history of them.
   body_->document()->setUndoRedoEnabled(false);
-  footer_ = new QLabel(this);
-  footer_->setObjectName(QStringLiteral("replyStats"));
-  footer_->setForegroundRole(QPalette::PlaceholderText);
-  footer_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  footer_->setMinimumWidth(0);
-  footer_->setWordWrap(true);  // a narrow chat wraps the stats instead of cutting them
-  // What the memory policy did in this turn, in the footer's style, under it.
-  memory_ = new QLabel(this);
-  memory_->setObjectName(QStringLiteral("replyMemory"));
-  memory_->setForegroundRole(QPalette::PlaceholderText);
-  memory_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  memory_->setMinimumWidth(0);
-  memory_->setWordWrap(true);
+  // A line in the footer's style under the answer (the stats wrap in a narrow chat instead of
+  // being cut).
+  const auto quiet_line = [this](const char* name) {
+    auto* label = new QLabel(this);
+    label->setObjectName(QString::fromLatin1(name));
+    label->setForegroundRole(QPalette::PlaceholderText);
+    label->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    label->setMinimumWidth(0);
+    label->setWordWrap(true);
+    return label;
+  };
+  footer_ = quiet_line("replyStats");
+  // What the memory policy did in this turn, under the stats.
+  memory_ = quiet_line("replyMemory");
   memory_->setTextFormat(Qt::PlainText);
   memory_->setVisible(false);
-  progress_label_ = new QLabel(this);
-  progress_label_->setObjectName(QStringLiteral("replyProgressText"));
-  progress_label_->setForegroundRole(QPalette::PlaceholderText);
-  progress_label_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
-  progress_label_->setMinimumWidth(0);
-  progress_label_->setWordWrap(true);
+  // What the turn does before its first token.
+  progress_label_ = quiet_line("replyProgressText");
   progress_label_->setTextFormat(Qt::PlainText);
   progress_label_->setVisible(false);
   progress_ = new QProgressBar(this);
