@@ -13,6 +13,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "core/engine/conversation_store.h"
+#include "storage/conversation_export.h"
+#include "storage/database.h"
 #include "ui/chat_view.h"
 #include "ui/conversation_list.h"
 #include "ui/main_window.h"
@@ -154,6 +157,50 @@ class UiExportTest : public QObject {
     QCOMPARE(w->chat()->count(), 4);
     QVERIFY(!w->chat()->at(3)->text().isEmpty());
     QCOMPARE(w->current_conversation(), copy_id);
+  }
+
+  // A long conversation imported under epicache with a small budget: its first answer clusters
+  // the history and builds one episode; then, while nobody waits, the worker builds the others a
+  // block at a time and saves them (issue 15), so the store holds every episode's cache.
+  void aLongImportedChatPreparesItsEpisodesBetweenTurns() {
+    auto w = open_window(QStringLiteral("episodes"));
+    QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
+    const QString file = dir_.filePath(QStringLiteral("long.json"));
+    {
+      engram::storage::ConversationTranscript t;
+      t.conversation.name = "A long chat";
+      t.conversation.memory_policy = "epicache";
+      t.conversation.kv_budget = 256;
+      const char* topics[] = {"the garden and its roses", "the old bicycle in the shed",
+                              "the chess club on Tuesdays", "the recipe for plum cake"};
+      for (int i = 0; i < 160; ++i) {
+        const std::string text = "Note " + std::to_string(i) + " is about " + topics[(i / 8) % 4] +
+                                 ", which came up again today.";
+        t.utterances.push_back({0, i, i % 2 ? "assistant" : "user", text, 0, 0, 0});
+      }
+      QFile out(file);
+      QVERIFY(out.open(QIODevice::WriteOnly));
+      out.write(QByteArray::fromStdString(engram::storage::conversations_to_json({t})));
+    }
+    chosen_ = file;
+    QSignalSpy imported(w.get(), &MainWindow::conversationsImported);
+    w->import_action()->trigger();
+    QVERIFY(imported.wait(kReplyTimeoutMs));
+    QTRY_COMPARE(w->conversations()->count(), 1);
+    const qint64 id = w->conversations()->list()->item(0)->data(Qt::UserRole).toLongLong();
+    Q_EMIT w->conversations()->openRequested(id);
+    QTRY_COMPARE_WITH_TIMEOUT(w->current_conversation(), id, kReplyTimeoutMs);
+    QSignalSpy prepared(w.get(), &MainWindow::memoryPrepared);
+    send_and_wait(*w, QStringLiteral("What did we say about the plum cake?"));
+    QVERIFY(prepared.wait(kReplyTimeoutMs));
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    // In the store: the episodes, and a cache for each of them (the answer built only one).
+    engram::storage::Database db(dir_.filePath(QStringLiteral("episodes")).toStdString(),
+                                 engram::storage::Access::kReadOnly);
+    const auto stored = engram::ConversationStore(db).stored_kv(id);
+    QVERIFY(stored.has_value());
+    QVERIFY2(stored->episode_caches >= 2,
+             qPrintable(QString("%1 episode caches").arg(stored->episode_caches)));
   }
 
   void damagedFileShowsWhyAndImportsNothing() {
