@@ -134,6 +134,9 @@ void EngineWorker::openConversation(qint64 id) {
     Q_EMIT conversationOpened(assistant_->open_conversation(id));
     refreshMemory();   // its KV on disk, until...
     restore_memory();  // ...it is read: the text is on screen meanwhile
+    // Episodes whose caches the store lacks (a preparation the app did not finish) are built
+    // while nobody waits, not by the next question routed there.
+    queue_preparation();
   } catch (const storage::DatabaseCorrupt& e) {
     QString name = tr("conversation %1").arg(id);
     try {
