@@ -328,14 +328,18 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   if (!router_ || !router_->clustered() || active_episode_ < 0 || messages_.empty() ||
       messages_.back().role != "assistant")
     return std::nullopt;
-  // An episode fed past its limit is re-clustered and rebuilt now, not by the turn routed there.
-  const EpisodeRoute due = router_->refresh_due(utterance_lines(messages_.size()), embedder({}));
-  if (due.rebuild) {
-    for (int32_t e : due.patch_changed)
-      set_episode_patch(e, router_->episodes()[static_cast<size_t>(e)].patch_source);
-    switch_episode(due.episode);
-    ws_->clear();
-    cached_ids_.clear();
+  // An episode fed past its limit is re-clustered and rebuilt now, not by the turn routed there
+  // (the utterance lines are gathered only then: this runs once a block).
+  if (const int32_t due = router_->rebuild_due(); due >= 0) {
+    const EpisodeRoute refreshed =
+        router_->refresh(due, utterance_lines(messages_.size()), embedder({}));
+    if (refreshed.rebuild) {
+      for (int32_t e : refreshed.patch_changed)
+        set_episode_patch(e, router_->episodes()[static_cast<size_t>(e)].patch_source);
+      switch_episode(due);
+      ws_->clear();
+      cached_ids_.clear();
+    }
   }
   const std::vector<int32_t> rendered = model_.chat_template->encode(
       *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
@@ -524,7 +528,8 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
     reply.route = route_turn(static_cast<int64_t>(prompt.size()), on_progress);
     reply.episodes = static_cast<int64_t>(router_->episodes().size());
   }
-  // An episode whose cache starts empty is built by this turn (block prefill of the history).
+  // An episode whose cache starts empty, or whose build a stopped turn or the work between
+  // turns left unfinished, is built by this turn (block prefill of the history).
   const bool building = reply.route.episode >= 0 &&
                         (cached_ids_.empty() || build_ends_.contains(reply.route.episode));
   // Reuse the cached prefix; at least one token must be computed to get logits.

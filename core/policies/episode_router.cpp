@@ -194,17 +194,21 @@ void EpisodeRouter::add_windows(std::vector<std::string> texts, std::vector<Embe
   }
 }
 
-EpisodeRoute EpisodeRouter::refresh_due(const std::vector<std::string>& lines,
-                                        const TextsEmbedder& embed) {
-  EpisodeRoute route;
-  if (!clustered() || options_.rebuild_tokens <= 0) return route;
+int32_t EpisodeRouter::rebuild_due() const {
+  if (options_.rebuild_tokens <= 0) return -1;
   int32_t due = -1;
   for (size_t e = 0; e < episodes_.size(); ++e) {
     const int64_t fed = episodes_[e].fed_since_build;
     if (fed > options_.rebuild_tokens && (due < 0 || fed > episodes_[due].fed_since_build))
       due = static_cast<int32_t>(e);
   }
-  if (due < 0) return route;
+  return due;
+}
+
+EpisodeRoute EpisodeRouter::refresh(int32_t episode, const std::vector<std::string>& lines,
+                                    const TextsEmbedder& embed) {
+  EpisodeRoute route;
+  if (episode < 0 || static_cast<size_t>(episode) >= episodes_.size()) return route;
   std::vector<std::string> fresh;
   if (!sync_windows(lines, fresh)) return route;  // an edited history: the next turn starts over
   if (!fresh.empty()) {
@@ -212,7 +216,7 @@ EpisodeRoute EpisodeRouter::refresh_due(const std::vector<std::string>& lines,
     add_windows(std::move(fresh), std::move(embedded));
   }
   recluster(route);
-  route.episode = due;
+  route.episode = episode;
   route.rebuild = true;
   return route;
 }

@@ -72,11 +72,14 @@ class EpisodeRouter {
                      bool over_budget, const TextsEmbedder& embed);
   EpisodeRoute route(const std::vector<std::string>& lines, const std::string& query_line,
                      bool over_budget, const TextEmbedder& embed);
-  // Between turns: the episode fed furthest past `rebuild_tokens` (none: episode -1) gets now the
-  // re-clustering a turn routed there would do (the windows of `lines`, every utterance line so
-  // far, embedded first), and `rebuild` asks for its cache to be rebuilt; the paper refreshes an
-  // episode when it outgrows its budget, whether or not a question goes to it.
-  EpisodeRoute refresh_due(const std::vector<std::string>& lines, const TextsEmbedder& embed);
+  // Between turns (the paper refreshes an episode when it outgrows its budget, whether or not a
+  // question goes to it): the episode fed furthest past `rebuild_tokens`, -1 when none is;
+  // refresh(e) gives it now the re-clustering a turn routed there would do (the windows of
+  // `lines`, every utterance line so far, embedded first), and `rebuild` asks for its cache to
+  // be rebuilt (false for an edited history: the next turn starts over).
+  int32_t rebuild_due() const;
+  EpisodeRoute refresh(int32_t episode, const std::vector<std::string>& lines,
+                       const TextsEmbedder& embed);
   // `tokens` more were fed into episode `e`'s cache; built(e): its cache was (re)built now.
   void fed(int32_t episode, int64_t tokens);
   void built(int32_t episode);
