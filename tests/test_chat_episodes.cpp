@@ -140,6 +140,53 @@ class ChatEpisodesTest : public QObject {
     QCOMPARE(embed.calls, before + 1);
   }
 
+  // Between turns a long history is embedded a bounded piece at a time and clustered ahead of
+  // its first question: the same episodes as that question's route would have made, and the
+  // route then only embeds and matches the query.
+  void aHistoryIndexedAheadClustersAsItsFirstRouteWould() {
+    TopicEmbedder embed;
+    const TextsEmbedder texts = [&](const std::vector<std::string>& ts) {
+      std::vector<Embedding> out;
+      for (const std::string& t : ts)
+        out.push_back(embed(t));
+      return out;
+    };
+    const std::vector<std::string> lines =
+        topic_lines({"cat", "cat", "rain", "rain", "guitar", "guitar", "cat", "rain"});
+    const std::string query = EpisodeRouter::utterance_line("user", "what about the rain?");
+    EpisodeRouter ahead(router_options());
+    QVERIFY(!ahead.cluster_now().clustered);  // nothing embedded yet
+    std::vector<size_t> done;
+    for (int step = 0; step < 10; ++step) {
+      const EpisodeRouter::Indexed i = ahead.index(lines, texts, /*max_chars=*/1);
+      QCOMPARE(i.total, size_t{4});
+      done.push_back(i.done);
+      if (i.done == i.total) break;
+    }
+    QCOMPARE(done, (std::vector<size_t>{1, 2, 3, 4}));       // one window a step at least, in order
+    QCOMPARE(ahead.index(lines, texts, 1).done, size_t{4});  // nothing left: nothing embedded
+    QCOMPARE(embed.calls, 4);
+    QVERIFY(!ahead.clustered());
+    QVERIFY(ahead.cluster_now().clustered);
+    QVERIFY(!ahead.cluster_now().clustered);  // once
+
+    EpisodeRouter turn(router_options());
+    const EpisodeRoute first = turn.route(lines, query, /*over_budget=*/true, texts);
+    QVERIFY(first.clustered);
+    QCOMPARE(ahead.assignment(), turn.assignment());
+    QCOMPARE(ahead.episodes().size(), turn.episodes().size());
+    for (size_t e = 0; e < turn.episodes().size(); ++e)
+      QCOMPARE(ahead.episodes()[e].patch_source, turn.episodes()[e].patch_source);
+    const int calls = embed.calls;
+    const EpisodeRoute later = ahead.route(lines, query, /*over_budget=*/true, texts);
+    QVERIFY(!later.clustered);
+    QCOMPARE(later.episode, first.episode);
+    QCOMPARE(embed.calls, calls + 1);  // the query alone
+    // A larger piece a step takes several windows at once.
+    EpisodeRouter wide(router_options());
+    QCOMPARE(wide.index(lines, texts, lines[0].size() * 5).done, size_t{2});
+  }
+
   void aQueryBelowTauCreatesAnEpisodeUpToTheCap() {
     EpisodeRouterOptions o = router_options();
     o.tau = 0.5;
@@ -509,9 +556,61 @@ class ChatEpisodesTest : public QObject {
     QVERIFY2(rebuilt_between > 0, "no episode outgrew its limit in these turns");
   }
 
-  // The app's side: a long conversation imported (no KV) and opened under epicache, one question;
-  // Assistant::prepare_memory_step then prepares every waiting episode, and the save stores all
-  // their caches, so a restart builds none of them.
+  // A long history opened without a question (an import): the work between turns indexes its
+  // windows a block's worth of text a step, clusters them as the first question's route would,
+  // and builds every episode, so that question only routes: no clustering, no build.
+  void aLongHistoryIsPreparedBeforeItsFirstQuestion() {
+    ChatSession session(*model_, {}, {"epicache", 256});
+    session.set_history(long_history());
+    const std::vector<int32_t> rendered =
+        model_->chat_template->encode(*model_->tokenizer, session.history(), false);
+    int64_t indexing = 0, last_done = 0;
+    std::set<int32_t> built;
+    int steps = 0;
+    while (const auto step = session.prepare_waiting_episode()) {
+      if (step->stage == TurnProgress::Stage::kIndexing) {
+        QVERIFY(built.empty());  // indexing and clustering come first
+        QVERIFY(step->done > last_done);
+        last_done = step->done;
+        ++indexing;
+      } else {
+        QCOMPARE(step->stage, TurnProgress::Stage::kPreparing);
+        QVERIFY(session.episodes()->clustered());
+        built.insert(step->episode);
+      }
+      QVERIFY2(++steps < 300, "the preparation does not end");
+    }
+    QVERIFY2(indexing > 1, "the whole history was indexed in one step");
+    QCOMPARE(static_cast<size_t>(last_done), session.episodes()->window_texts().size());
+    const auto episodes = static_cast<int32_t>(session.episodes()->episodes().size());
+    QVERIFY(episodes >= 2);
+    QCOMPARE(static_cast<int32_t>(built.size()), episodes);
+    QCOMPARE(session.episode_builds(), int64_t{episodes});
+    for (int32_t e = 0; e < episodes; ++e) {
+      QVERIFY(is_prefix(session.episode_ids(e), {rendered.begin(), rendered.end()}));
+      QVERIFY(rendered.size() - session.episode_ids(e).size() < 512);  // a block on the CPU
+    }
+    const ChatReply first = session.reply(user_turns(1)[0], greedy(8), {});
+    QVERIFY(!first.route.clustered);
+    QVERIFY(first.route.episode >= 0);
+    QVERIFY(!first.route.rebuild);
+    QCOMPARE(session.episode_builds(), int64_t{episodes});
+    QVERIFY2(first.reused_tokens > static_cast<int64_t>(rendered.size()) - 512,
+             qPrintable(QString("%1 of %2").arg(first.reused_tokens).arg(rendered.size())));
+    // The clustering is the one the question would have made itself.
+    ChatSession direct(*model_, {}, {"epicache", 256});
+    direct.set_history(long_history());
+    const ChatReply unprepared = direct.reply(user_turns(1)[0], greedy(8), {});
+    QVERIFY(unprepared.route.clustered);
+    QCOMPARE(first.route.episode, unprepared.route.episode);
+    QCOMPARE(session.episodes()->assignment(), direct.episodes()->assignment());
+  }
+
+  // The app's side: a long conversation imported (no KV) and opened under epicache is prepared
+  // before any question (Assistant::prepare_memory_step); the app closes after the first episode
+  // and a block of the second, and saves. Reopened, the store has those two caches and the
+  // episodes, and the preparation goes on from them: the second caught up, the others built,
+  // all stored, and the first question builds nothing.
   void theAssistantPreparesAndStoresEveryEpisode() {
     QTemporaryDir profile;
     const fs::path file = fs::path(profile.path().toStdString()) / "long.json";
@@ -525,28 +624,54 @@ class ChatEpisodesTest : public QObject {
         t.utterances.push_back({0, i++, m.role, m.content, 0, 0, 0});
       std::ofstream(file) << storage::conversations_to_json({t});
     }
-    Assistant assistant(fs::path(profile.path().toStdString()) / "profile");
+    const fs::path dir = fs::path(profile.path().toStdString()) / "profile";
+    int64_t id = 0;
+    {
+      Assistant assistant(dir);
+      (void)assistant.load({kModelDir, "cpu", "f32"});
+      const std::vector<ConversationInfo> imported = assistant.import_conversations(file);
+      QCOMPARE(imported.size(), size_t{1});
+      id = imported[0].id;
+      (void)assistant.open_conversation(id);
+      QCOMPARE(assistant.memory_policy().spec, std::string("epicache"));
+      bool indexed = false;
+      int steps = 0;
+      while (const auto step = assistant.prepare_memory_step()) {
+        indexed = indexed || step->stage == TurnProgress::Stage::kIndexing;
+        if (step->stage == TurnProgress::Stage::kPreparing && step->episode == 1) break;
+        QVERIFY2(++steps < 300, "the preparation does not end");
+      }
+      QVERIFY(indexed);
+      (void)assistant.save_memory();
+      QCOMPARE(assistant.memory().stored_episode_caches, int64_t{2});
+    }
+    Assistant assistant(dir);
     (void)assistant.load({kModelDir, "cpu", "f32"});
-    const std::vector<ConversationInfo> imported = assistant.import_conversations(file);
-    QCOMPARE(imported.size(), size_t{1});
-    (void)assistant.open_conversation(imported[0].id);
-    QCOMPARE(assistant.memory_policy().spec, std::string("epicache"));
-    QVERIFY(!assistant.prepare_memory_step().has_value());  // no episodes before a question
+    (void)assistant.open_conversation(id);
+    const MemoryRestore restored = assistant.restore_memory();
+    QVERIFY(restored.attempted);
+    std::set<int32_t> prepared;
+    int steps = 0;
+    while (const auto step = assistant.prepare_memory_step()) {
+      QCOMPARE(step->stage, TurnProgress::Stage::kPreparing);  // the clustering was stored
+      prepared.insert(step->episode);
+      QVERIFY2(++steps < 300, "the preparation does not end");
+    }
+    QVERIFY2(!prepared.empty(), "a reopened conversation prepared nothing");
+    QVERIFY(!prepared.contains(0));  // stored whole
+    QVERIFY(prepared.contains(1));   // stored after one block
+    (void)assistant.save_memory();
+    const int64_t episodes = assistant.memory().stored_episode_caches;
+    QCOMPARE(static_cast<int64_t>(prepared.size()), episodes - 1);
     AssistantSampling sampling;
     sampling.temperature = 0;
     sampling.max_new_tokens = 8;
     const ReplyStats first = assistant.send(user_turns(1)[0], sampling, {});
     QVERIFY(first.episode_step != nullptr);
-    const auto episodes = static_cast<int64_t>(first.episode_step->episodes.size());
-    std::set<int32_t> prepared;
-    int steps = 0;
-    while (const auto step = assistant.prepare_memory_step()) {
-      prepared.insert(step->episode);
-      QVERIFY2(++steps < 200, "the preparation does not end");
-    }
-    QCOMPARE(static_cast<int64_t>(prepared.size()), episodes - 1);
-    (void)assistant.save_memory();
-    QCOMPARE(assistant.memory().stored_episode_caches, episodes);
+    QCOMPARE(static_cast<int64_t>(first.episode_step->episodes.size()), episodes);
+    QVERIFY2(first.reused_tokens > 0, "the first question built its episode");
+    QVERIFY(first.memory_note.find("clustered") == std::string::npos);
+    QVERIFY(first.memory_note.find("rebuilt") == std::string::npos);
   }
 
   // The app's side (Assistant): a long message shows its prefill's progress, stop() ends the turn

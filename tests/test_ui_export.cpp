@@ -8,6 +8,7 @@
 #include <QListWidget>
 #include <QMessageBox>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QtTest>
 #include <memory>
@@ -159,9 +160,10 @@ class UiExportTest : public QObject {
     QCOMPARE(w->current_conversation(), copy_id);
   }
 
-  // A long conversation imported under epicache with a small budget: its first answer clusters
-  // the history and builds one episode; then, while nobody waits, the worker builds the others a
-  // block at a time and saves them (issue 15), so the store holds every episode's cache.
+  // A long conversation imported under epicache with a small budget, opened: while nobody waits
+  // the worker indexes and clusters its history and builds every episode a block at a time, the
+  // status bar saying so, and saves them (issue 15), so the store holds every episode's cache
+  // before the first question; the question is answered.
   void aLongImportedChatPreparesItsEpisodesBetweenTurns() {
     auto w = open_window(QStringLiteral("episodes"));
     QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
@@ -188,19 +190,32 @@ class UiExportTest : public QObject {
     QVERIFY(imported.wait(kReplyTimeoutMs));
     QTRY_COMPARE(w->conversations()->count(), 1);
     const qint64 id = w->conversations()->list()->item(0)->data(Qt::UserRole).toLongLong();
+    QSignalSpy prepared(w.get(), &MainWindow::memoryPrepared);
+    QSignalSpy status(w->statusBar(), &QStatusBar::messageChanged);
     Q_EMIT w->conversations()->openRequested(id);
     QTRY_COMPARE_WITH_TIMEOUT(w->current_conversation(), id, kReplyTimeoutMs);
-    QSignalSpy prepared(w.get(), &MainWindow::memoryPrepared);
-    send_and_wait(*w, QStringLiteral("What did we say about the plum cake?"));
-    QVERIFY(prepared.wait(kReplyTimeoutMs));
+    QVERIFY(!prepared.isEmpty() || prepared.wait(kReplyTimeoutMs));
     QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
-    // In the store: the episodes, and a cache for each of them (the answer built only one).
-    engram::storage::Database db(dir_.filePath(QStringLiteral("episodes")).toStdString(),
-                                 engram::storage::Access::kReadOnly);
-    const auto stored = engram::ConversationStore(db).stored_kv(id);
-    QVERIFY(stored.has_value());
-    QVERIFY2(stored->episode_caches >= 2,
-             qPrintable(QString("%1 episode caches").arg(stored->episode_caches)));
+    const auto said = [&](const QString& what) {
+      for (const QList<QVariant>& m : status)
+        if (m.at(0).toString().startsWith(what)) return true;
+      return false;
+    };
+    QVERIFY(said(QStringLiteral("Indexing the conversation: ")));
+    QVERIFY(said(QStringLiteral("Preparing episode ")));
+    // In the store before any question: the episodes, and a cache for each of them.
+    const auto stored_caches = [&] {
+      engram::storage::Database db(dir_.filePath(QStringLiteral("episodes")).toStdString(),
+                                   engram::storage::Access::kReadOnly);
+      const auto stored = engram::ConversationStore(db).stored_kv(id);
+      return stored ? stored->episode_caches : int64_t{0};
+    };
+    const int64_t caches = stored_caches();
+    QVERIFY2(caches >= 2, qPrintable(QString("%1 episode caches").arg(caches)));
+    send_and_wait(*w, QStringLiteral("What did we say about the plum cake?"));
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    QVERIFY(!w->chat()->at(w->chat()->count() - 1)->text().isEmpty());
+    QCOMPARE(stored_caches(), caches);
   }
 
   void damagedFileShowsWhyAndImportsNothing() {

@@ -238,6 +238,21 @@ void ChatSession::count_fed(int32_t episode, int64_t before, int64_t after, int6
   router_->fed(episode, after - before);
 }
 
+void ChatSession::start_episodes() {
+  if (active_episode_ >= 0) policy_ = base_policy_->clone();
+  ws_->set_capture(false);
+  build_ends_.clear();
+  episode_caches_.clear();
+  if (episode_kv_) episode_kv_->clear();
+  active_episode_ = -1;
+}
+
+void ChatSession::add_unbuilt_episodes(size_t known) {
+  const std::vector<ChatEpisode>& episodes = router_->episodes();
+  while (episode_caches_.size() < known)
+    episode_caches_.push_back({episode_policy(episodes[episode_caches_.size()].patch_source), {}});
+}
+
 void ChatSession::drop_episode_caches() {
   build_ends_.clear();
   episode_caches_.clear();
@@ -325,9 +340,9 @@ TextsEmbedder ChatSession::embedder(const TurnProgressFn& on_progress) const {
 }
 
 std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
-  if (!router_ || !router_->clustered() || active_episode_ < 0 || messages_.empty() ||
-      messages_.back().role != "assistant")
-    return std::nullopt;
+  if (!router_ || messages_.empty() || messages_.back().role != "assistant") return std::nullopt;
+  if (!router_->clustered()) return cluster_ahead();
+  add_unbuilt_episodes(router_->episodes().size());  // restored without their caches
   // An episode fed past its limit is re-clustered and rebuilt now, not by the turn routed there
   // (the utterance lines are gathered only then: this runs once a block).
   if (const int32_t due = router_->rebuild_due(); due >= 0) {
@@ -353,8 +368,10 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   // one working set back and loads another, and alternating episodes switched at every block.
   int32_t pick = -1;
   int64_t most_behind = 0;
-  if (static_cast<int64_t>(ids.size()) - fed_of(cached_ids_) >= block_) pick = active_episode_;
-  for (size_t e = 0; e < episode_caches_.size() && pick != active_episode_; ++e) {
+  const bool active_behind =
+      active_episode_ >= 0 && static_cast<int64_t>(ids.size()) - fed_of(cached_ids_) >= block_;
+  if (active_behind) pick = active_episode_;
+  for (size_t e = 0; e < episode_caches_.size() && !active_behind; ++e) {
     const auto episode = static_cast<int32_t>(e);
     const std::vector<int64_t>& have =
         episode == active_episode_ ? cached_ids_ : episode_caches_[e].ids;
@@ -390,6 +407,26 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   return out;
 }
 
+std::optional<TurnProgress> ChatSession::cluster_ahead() {
+  const std::vector<int32_t> rendered = model_.chat_template->encode(
+      *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
+  // Within the budget one cache is exact; the first turn past it clusters (route_turn).
+  if (static_cast<int64_t>(rendered.size()) <= policy_->budget()) return std::nullopt;
+  // About a block's worth of text embedded a step (~4 characters a token).
+  const EpisodeRouter::Indexed indexed = router_->index(
+      utterance_lines(messages_.size()), embedder({}), static_cast<size_t>(block_) * 4);
+  TurnProgress out;
+  out.stage = TurnProgress::Stage::kIndexing;
+  out.done = static_cast<int64_t>(indexed.done);
+  out.total = static_cast<int64_t>(indexed.total);
+  if (indexed.done < indexed.total) return out;
+  if (!router_->cluster_now().clustered) return std::nullopt;
+  start_episodes();
+  add_unbuilt_episodes(router_->episodes().size());
+  out.episodes = static_cast<int32_t>(router_->episodes().size());
+  return out;
+}
+
 EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens, const TurnProgressFn& on_progress) {
   if (messages_.empty() || messages_.back().role != "user") return {};
   const std::string query = EpisodeRouter::utterance_line("user", messages_.back().content);
@@ -401,19 +438,8 @@ EpisodeRoute ChatSession::route_turn(int64_t prompt_tokens, const TurnProgressFn
     return route;
   }
   const std::vector<ChatEpisode>& episodes = router_->episodes();
-  if (route.clustered) {  // every episode starts unbuilt; the single cache is dropped
-    if (active_episode_ >= 0) policy_ = base_policy_->clone();
-    ws_->set_capture(false);
-    build_ends_.clear();
-    episode_caches_.clear();
-    if (episode_kv_) episode_kv_->clear();
-    active_episode_ = -1;
-  }
-  // Episodes without a cache yet (just clustered, or restored from the store) start unbuilt.
-  const size_t known = episodes.size() - (route.created ? 1 : 0);
-  while (episode_caches_.size() < known) {
-    episode_caches_.push_back({episode_policy(episodes[episode_caches_.size()].patch_source), {}});
-  }
+  if (route.clustered) start_episodes();
+  add_unbuilt_episodes(episodes.size() - (route.created ? 1 : 0));
   if (route.created) {
     // A new topic starts from the nearest episode's cache (the paper starts from the turn alone;
     // Engram keeps what that cache remembers) and takes the turn as its patch.

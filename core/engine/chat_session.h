@@ -136,9 +136,11 @@ class ChatSession {
   // so far, by block prefill under its own patch and the budget as a turn routed there would:
   // first an episode fed past its limit is re-clustered and rebuilt (as the turn routed there
   // would), then an episode not built yet (otherwise the first turn routed there builds it from
-  // the whole history: minutes on a CPU), then the one furthest behind by a block or more. The
-  // conversation must end with a reply. Returns that episode, the tokens its stream now holds of
-  // the conversation's `total`; nullopt when no episode needs it.
+  // the whole history: minutes on a CPU), then the one furthest behind by a block or more. A
+  // conversation past the budget and not clustered yet (opened or imported long) is first
+  // indexed and clustered (kIndexing steps: windows done of total), so that its first question
+  // only routes. The conversation must end with a reply. Returns that episode, the tokens its
+  // stream now holds of the conversation's `total`; nullopt when no episode needs it.
   std::optional<TurnProgress> prepare_waiting_episode();
   // The episodes panel's view of a routed turn (core/policies/episode_trace.h): windows, episodes
   // with their cache sizes, the query; std::nullopt when the turn was not routed.
@@ -183,6 +185,15 @@ class ChatSession {
   void switch_episode(int32_t episode);
   // Every episode's cache gone, no episode active, the working set empty under the base policy.
   void drop_episode_caches();
+  // After the first clustering: the single cache is dropped and no episode is active yet.
+  void start_episodes();
+  // Episodes the router knows past the first `episode_caches_.size()` (just clustered, or
+  // restored without a cache) start unbuilt, up to `known`.
+  void add_unbuilt_episodes(size_t known);
+  // prepare_waiting_episode() before the first clustering: a conversation past the budget has
+  // its windows embedded (a block's worth a call) and then clustered, so that the next turn
+  // only routes; nullopt while it fits the budget.
+  std::optional<TurnProgress> cluster_ahead();
   // An episode's patch tokens (its medoid window or query line, cut to fit beside a block).
   std::vector<int64_t> episode_patch(const std::string& patch_source) const;
   std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;

@@ -403,8 +403,8 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
       out.rebuild_reason = std::to_string(k.restored) + " of " + std::to_string(episodes) +
                            " EpiCache episode caches restored" +
                            (none_stored ? "; none was stored" : why) +
-                           "; the others are rebuilt from the text when a turn is first routed "
-                           "to them";
+                           "; the others are rebuilt from the text between turns or when a "
+                           "turn is first routed to them";
       log::info("conversation '" + name + "': " + out.rebuild_reason);
     }
     return out;

@@ -27,7 +27,8 @@
 // (core/engine/episode_store.h: windows, centroids, members, medoids) and every episode's KV
 // cache beside them (core/engine/episode_kv_store.h: the units of the session's episode pool,
 // append-only, and a small state per episode); a restore puts back each episode whose cache fits
-// and rebuilds the others from the text when a turn is first routed to them.
+// and rebuilds the others from the text between turns (ChatSession::prepare_waiting_episode)
+// or when a turn is first routed to them.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +49,7 @@ enum class KvRebuildCause : uint8_t {
   kDamaged,     // BlobCorrupt: missing, truncated or failing its checksum
   kLayout,      // dtype or shape differ from the session's cache
   kEpisodic,    // EpiCache: episodes restored without stored caches (saved before caches were
-                // stored): each is rebuilt when a turn is first routed to it
+                // stored): each is rebuilt between turns or when a turn is routed to it
 };
 
 struct ConversationRestore {

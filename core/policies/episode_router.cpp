@@ -221,6 +221,33 @@ EpisodeRoute EpisodeRouter::refresh(int32_t episode, const std::vector<std::stri
   return route;
 }
 
+EpisodeRouter::Indexed EpisodeRouter::index(const std::vector<std::string>& lines,
+                                            const TextsEmbedder& embed, size_t max_chars) {
+  std::vector<std::string> fresh;
+  if (!sync_windows(lines, fresh)) return {window_texts_.size(), window_texts_.size()};
+  const size_t total = window_texts_.size() + fresh.size();
+  size_t take = 0, chars = 0;
+  while (take < fresh.size() && (take == 0 || chars < max_chars))
+    chars += fresh[take++].size();
+  if (take > 0) {
+    fresh.resize(take);
+    std::vector<Embedding> embedded = embed(fresh);
+    add_windows(std::move(fresh), std::move(embedded));
+  }
+  return {window_texts_.size(), total};
+}
+
+EpisodeRoute EpisodeRouter::cluster_now() {
+  EpisodeRoute route;
+  if (clustered() || raw_.empty()) return route;
+  const auto t0 = std::chrono::steady_clock::now();
+  cluster();
+  route.cluster_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  route.clustered = true;
+  return route;
+}
+
 void EpisodeRouter::fed(int32_t episode, int64_t tokens) {
   episodes_.at(static_cast<size_t>(episode)).fed_since_build += tokens;
 }

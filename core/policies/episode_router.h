@@ -80,6 +80,18 @@ class EpisodeRouter {
   int32_t rebuild_due() const;
   EpisodeRoute refresh(int32_t episode, const std::vector<std::string>& lines,
                        const TextsEmbedder& embed);
+  // Between turns, before the first clustering (a long conversation opened or imported, or one
+  // that outgrew the budget with its last reply): embeds the windows of `lines` not embedded
+  // yet, in order, stopping once `max_chars` of their text are done (one window at least).
+  // cluster_now() then clusters them as the first turn over the budget would; the next route()
+  // only matches its query. Returns the windows embedded so far out of all of `lines`.
+  struct Indexed {
+    size_t done = 0;
+    size_t total = 0;
+  };
+  Indexed index(const std::vector<std::string>& lines, const TextsEmbedder& embed,
+                size_t max_chars);
+  EpisodeRoute cluster_now();
   // `tokens` more were fed into episode `e`'s cache; built(e): its cache was (re)built now.
   void fed(int32_t episode, int64_t tokens);
   void built(int32_t episode);
