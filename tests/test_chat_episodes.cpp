@@ -526,33 +526,66 @@ class ChatEpisodesTest : public QObject {
     QVERIFY(!session.prepare_waiting_episode().has_value());
   }
 
-  // An episode fed past its limit (budget + block) is re-clustered and rebuilt between turns, as a
+  // An episode whose own turns passed its limit is re-clustered and rebuilt between turns, as a
   // turn routed there would have done: with the work between turns no turn rebuilds or builds.
+  // Only an episode's own turns count towards its limit: the routed episode's count grows by
+  // exactly the turn (its user message and reply), not by the others' turns it caught up on,
+  // and catching up between turns counts for nothing.
   void episodesPastTheirLimitAreRebuiltBetweenTurns() {
-    ChatSession session(*model_, {}, {"epicache", 256});
+    ChatSession session(*model_, {}, {"epicache:rebuild=200", 256});
     session.set_history(long_history());
     const int64_t limit = session.episodes()->options().rebuild_tokens;
-    QVERIFY(limit > 0);
+    QCOMPARE(limit, int64_t{200});
+    const auto fed = [&] {
+      std::vector<int64_t> out;
+      for (const ChatEpisode& e : session.episodes()->episodes())
+        out.push_back(e.fed_since_build);
+      return out;
+    };
     const auto prepare_all = [&] {
+      const std::vector<int64_t> before = fed();
       int steps = 0;
       while (session.prepare_waiting_episode())
         QVERIFY2(++steps < 500, "the preparation does not end");
+      const std::vector<int64_t> after = fed();
+      for (size_t e = 0; e < before.size(); ++e)
+        QVERIFY2(after[e] == before[e] || after[e] == 0, "a catch-up counted towards a rebuild");
     };
     const std::vector<std::string> turns = user_turns(40);
-    (void)session.reply(turns[0], greedy(8), {});
-    prepare_all();
-    int64_t rebuilt_between = 0;
-    for (size_t i = 1; i < turns.size(); ++i) {
+    prepare_all();  // indexed, clustered and built before the first question
+    int64_t rebuilt_between = 0, counted = 0;
+    for (size_t i = 0; i < turns.size(); ++i) {
+      const std::vector<int64_t> before = fed();
       const ChatReply r = session.reply(turns[i], greedy(8), {});
       QVERIFY2(!r.route.rebuild, "a turn rebuilt an episode");
       QVERIFY2(r.reused_tokens > 0, "a turn built an episode");
+      const std::vector<int64_t> after = fed();
+      std::vector<ChatMessage> earlier = session.history();
+      earlier.resize(earlier.size() - 2);  // without this turn's message and reply
+      const auto own =
+          static_cast<int64_t>(session.cached_ids().size()) -
+          static_cast<int64_t>(
+              model_->chat_template->encode(*model_->tokenizer, earlier, false).size());
+      for (size_t e = 0; e < after.size(); ++e) {
+        if (static_cast<int32_t>(e) != r.route.episode) {
+          QCOMPARE(after[e], before[e]);
+        } else if (after[e] - before[e] == own) {
+          ++counted;
+        } else {
+          // The first turn after a build left less than a block behind finishes that build, and
+          // what a build takes in is the build.
+          QCOMPARE(after[e], int64_t{0});
+        }
+      }
       const int64_t builds = session.episode_builds();
       prepare_all();
       rebuilt_between += session.episode_builds() - builds;
       for (const ChatEpisode& e : session.episodes()->episodes())
         QVERIFY(e.fed_since_build <= limit);
     }
-    qInfo("%lld episodes rebuilt between turns", static_cast<long long>(rebuilt_between));
+    qInfo("%lld episodes rebuilt between turns, %lld turns counted whole",
+          static_cast<long long>(rebuilt_between), static_cast<long long>(counted));
+    QVERIFY(counted > static_cast<int64_t>(turns.size()) / 2);
     QVERIFY2(rebuilt_between > 0, "no episode outgrew its limit in these turns");
   }
 

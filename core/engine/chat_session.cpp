@@ -225,7 +225,8 @@ const std::vector<at::Tensor>& ChatSession::episode_scores(int32_t episode) cons
   return static_cast<const EpiCachePolicy&>(p).scores();
 }
 
-void ChatSession::count_fed(int32_t episode, int64_t before, int64_t after, int64_t conversation) {
+void ChatSession::count_fed(int32_t episode, int64_t before, int64_t after, int64_t conversation,
+                            int64_t own_from) {
   if (before == 0) {  // a build (or rebuild) from the text starts
     ++episode_builds_;
     build_ends_[episode] = conversation;
@@ -235,7 +236,9 @@ void ChatSession::count_fed(int32_t episode, int64_t before, int64_t after, int6
     if (after >= it->second) build_ends_.erase(it);
     return;
   }
-  router_->fed(episode, after - before);
+  // Only the episode's own turns count towards its rebuild: the other turns its stream catches
+  // up on are compressed under its patch (the paper's episodes never take them at all).
+  router_->fed(episode, std::max<int64_t>(0, after - std::max(before, own_from)));
 }
 
 void ChatSession::start_episodes() {
@@ -397,7 +400,7 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
                 /*reserve_when_full=*/0);
   keep_fed_prefix(ids);
   count_fed(pick, static_cast<int64_t>(common), ws_->stream_tokens(),
-            static_cast<int64_t>(ids.size()));
+            static_cast<int64_t>(ids.size()), /*own_from=*/static_cast<int64_t>(ids.size()));
   TurnProgress out;
   out.stage = TurnProgress::Stage::kPreparing;
   out.episode = pick;
@@ -622,10 +625,17 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   const int64_t fed = ws_->stream_tokens() - static_cast<int64_t>(prompt.size());
   cached_ids_.insert(cached_ids_.end(), reply.generation.tokens.begin(),
                      reply.generation.tokens.begin() + std::max<int64_t>(0, fed));
-  messages_.push_back({"assistant", reply.text});
-  if (reply.route.episode >= 0)
+  if (reply.route.episode >= 0) {
+    // The turn is the prompt after the conversation before it (its user message and reply).
+    ChatMessage user = std::move(messages_.back());
+    messages_.pop_back();
+    const auto before_turn = static_cast<int64_t>(
+        tmpl.encode(tok, messages_, /*add_generation_prompt=*/false, render_memo_).size());
+    messages_.push_back(std::move(user));
     count_fed(reply.route.episode, static_cast<int64_t>(common), ws_->stream_tokens(),
-              static_cast<int64_t>(prompt.size()));
+              static_cast<int64_t>(prompt.size()), before_turn);
+  }
+  messages_.push_back({"assistant", reply.text});
   reply.evicted_tokens = reply.generation.evicted_tokens;
   reply.attention_tokens = ws_->tokens();
   reply.stream_tokens = ws_->stream_tokens();

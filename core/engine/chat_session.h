@@ -202,8 +202,10 @@ class ChatSession {
   // of `conversation` tokens). A build from the text may take several calls (a stopped turn, the
   // work between turns): until the stream reaches where the conversation was when it started,
   // what it takes in is the build (its count of tokens fed since then stays 0), not new text that
-  // moves it towards a rebuild.
-  void count_fed(int32_t episode, int64_t before, int64_t after, int64_t conversation);
+  // moves it towards a rebuild. Of the rest only what lies from `own_from` on counts: the
+  // episode's own turn, not the other turns it catches up on.
+  void count_fed(int32_t episode, int64_t before, int64_t after, int64_t conversation,
+                 int64_t own_from);
 
   // An episode while another one is active (its policy holds its patch and scores); its KV
   // waits in episode_kv_ (none stored: not built yet, the next route builds it).
