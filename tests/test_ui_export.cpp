@@ -3,11 +3,13 @@
 // conversations go to JSON and Markdown files; a JSON file comes back as a new conversation that
 // the list shows and that answers a new message (its KV rebuilt from text); a damaged file opens
 // a message box naming what is wrong and imports nothing.
+#include <QComboBox>
 #include <QFile>
 #include <QLineEdit>
 #include <QListWidget>
 #include <QMessageBox>
 #include <QSignalSpy>
+#include <QSpinBox>
 #include <QStatusBar>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -20,6 +22,7 @@
 #include "ui/chat_view.h"
 #include "ui/conversation_list.h"
 #include "ui/main_window.h"
+#include "ui/model_bar.h"
 #include "ui_test_support.h"
 
 using engram::ui::MainWindow;
@@ -160,19 +163,15 @@ class UiExportTest : public QObject {
     QCOMPARE(w->current_conversation(), copy_id);
   }
 
-  // A long conversation imported under epicache with a small budget, opened: while nobody waits
-  // the worker indexes and clusters its history and builds every episode a block at a time, the
-  // status bar saying so, and saves them (issue 15), so the store holds every episode's cache
-  // before the first question; the question is answered.
-  void aLongImportedChatPreparesItsEpisodesBetweenTurns() {
-    auto w = open_window(QStringLiteral("episodes"));
-    QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
-    const QString file = dir_.filePath(QStringLiteral("long.json"));
+  // A long chat of four topics under `policy` (budget 256 for epicache), imported and opened in
+  // `w`; returns its id. `prepared` and `status` are listening before it opens.
+  qint64 import_long_chat(MainWindow& w, const std::string& policy) {
+    const QString file = dir_.filePath(QString::fromStdString("long-" + policy + ".json"));
     {
       engram::storage::ConversationTranscript t;
       t.conversation.name = "A long chat";
-      t.conversation.memory_policy = "epicache";
-      t.conversation.kv_budget = 256;
+      t.conversation.memory_policy = policy;
+      t.conversation.kv_budget = policy == "epicache" ? 256 : 0;
       const char* topics[] = {"the garden and its roses", "the old bicycle in the shed",
                               "the chess club on Tuesdays", "the recipe for plum cake"};
       for (int i = 0; i < 160; ++i) {
@@ -181,41 +180,82 @@ class UiExportTest : public QObject {
         t.utterances.push_back({0, i, i % 2 ? "assistant" : "user", text, 0, 0, 0});
       }
       QFile out(file);
-      QVERIFY(out.open(QIODevice::WriteOnly));
+      if (!out.open(QIODevice::WriteOnly)) return 0;
       out.write(QByteArray::fromStdString(engram::storage::conversations_to_json({t})));
     }
     chosen_ = file;
-    QSignalSpy imported(w.get(), &MainWindow::conversationsImported);
-    w->import_action()->trigger();
-    QVERIFY(imported.wait(kReplyTimeoutMs));
-    QTRY_COMPARE(w->conversations()->count(), 1);
-    const qint64 id = w->conversations()->list()->item(0)->data(Qt::UserRole).toLongLong();
+    QSignalSpy imported(&w, &MainWindow::conversationsImported);
+    w.import_action()->trigger();
+    if (!imported.wait(kReplyTimeoutMs) ||
+        !QTest::qWaitFor([&] { return w.conversations()->count() == 1; }, kReplyTimeoutMs))
+      return 0;
+    const qint64 id = w.conversations()->list()->item(0)->data(Qt::UserRole).toLongLong();
+    Q_EMIT w.conversations()->openRequested(id);
+    return id;
+  }
+
+  static bool said(const QSignalSpy& status, const QString& what) {
+    for (const QList<QVariant>& m : status)
+      if (m.at(0).toString().startsWith(what)) return true;
+    return false;
+  }
+
+  // EpiCache caches in the store of profile `name` for conversation `id`.
+  int64_t stored_episode_caches(const QString& name, qint64 id) {
+    engram::storage::Database db(dir_.filePath(name).toStdString(),
+                                 engram::storage::Access::kReadOnly);
+    const auto stored = engram::ConversationStore(db).stored_kv(id);
+    return stored ? stored->episode_caches : int64_t{0};
+  }
+
+  // A long conversation imported under epicache with a small budget, opened: while nobody waits
+  // the worker indexes and clusters its history and builds every episode a block at a time, the
+  // status bar saying so, and saves them (issue 15), so the store holds every episode's cache
+  // before the first question; the question is answered.
+  void aLongImportedChatPreparesItsEpisodesBetweenTurns() {
+    auto w = open_window(QStringLiteral("episodes"));
+    QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
     QSignalSpy prepared(w.get(), &MainWindow::memoryPrepared);
     QSignalSpy status(w->statusBar(), &QStatusBar::messageChanged);
-    Q_EMIT w->conversations()->openRequested(id);
+    const qint64 id = import_long_chat(*w, "epicache");
+    QVERIFY(id != 0);
     QTRY_COMPARE_WITH_TIMEOUT(w->current_conversation(), id, kReplyTimeoutMs);
     QVERIFY(!prepared.isEmpty() || prepared.wait(kReplyTimeoutMs));
     QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
-    const auto said = [&](const QString& what) {
-      for (const QList<QVariant>& m : status)
-        if (m.at(0).toString().startsWith(what)) return true;
-      return false;
-    };
-    QVERIFY(said(QStringLiteral("Indexing the conversation: ")));
-    QVERIFY(said(QStringLiteral("Preparing episode ")));
+    QVERIFY(said(status, QStringLiteral("Indexing the conversation: ")));
+    QVERIFY(said(status, QStringLiteral("Preparing episode ")));
     // In the store before any question: the episodes, and a cache for each of them.
-    const auto stored_caches = [&] {
-      engram::storage::Database db(dir_.filePath(QStringLiteral("episodes")).toStdString(),
-                                   engram::storage::Access::kReadOnly);
-      const auto stored = engram::ConversationStore(db).stored_kv(id);
-      return stored ? stored->episode_caches : int64_t{0};
-    };
-    const int64_t caches = stored_caches();
+    const int64_t caches = stored_episode_caches(QStringLiteral("episodes"), id);
     QVERIFY2(caches >= 2, qPrintable(QString("%1 episode caches").arg(caches)));
     send_and_wait(*w, QStringLiteral("What did we say about the plum cake?"));
     QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
     QVERIFY(!w->chat()->at(w->chat()->count() - 1)->text().isEmpty());
-    QCOMPARE(stored_caches(), caches);
+    QCOMPARE(stored_episode_caches(QStringLiteral("episodes"), id), caches);
+  }
+
+  // The same chat under full KV: nothing to prepare. Moved to EpiCache with a small budget from the
+  // model bar, the worker indexes, clusters and builds its episodes at once, not at the next
+  // question.
+  void aLongChatMovedToEpiCacheIsPreparedAtOnce() {
+    auto w = open_window(QStringLiteral("moved"));
+    QVERIFY2(w->model_loaded(), qPrintable(w->error_text()));
+    QSignalSpy prepared(w.get(), &MainWindow::memoryPrepared);
+    QSignalSpy status(w->statusBar(), &QStatusBar::messageChanged);
+    const qint64 id = import_long_chat(*w, "full");
+    QVERIFY(id != 0);
+    QTRY_COMPARE_WITH_TIMEOUT(w->current_conversation(), id, kReplyTimeoutMs);
+    engram::ui::ModelBar* bar = w->model_bar();
+    QTRY_COMPARE(bar->memory_policy().spec, std::string("full"));
+    QVERIFY(!prepared.wait(1000));  // full KV keeps no episodes
+    QVERIFY(!said(status, QStringLiteral("Indexing the conversation: ")));
+    bar->policy_combo()->setCurrentIndex(bar->policy_combo()->findText(QStringLiteral("epicache")));
+    bar->budget_spin()->setValue(256);
+    QTRY_COMPARE(bar->memory_policy().kv_budget, int64_t{256});
+    QVERIFY(!prepared.isEmpty() || prepared.wait(kReplyTimeoutMs));
+    QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    QVERIFY(said(status, QStringLiteral("Indexing the conversation: ")));
+    QTRY_VERIFY_WITH_TIMEOUT(stored_episode_caches(QStringLiteral("moved"), id) >= 2,
+                             kReplyTimeoutMs);
   }
 
   void damagedFileShowsWhyAndImportsNothing() {

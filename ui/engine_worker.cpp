@@ -92,7 +92,8 @@ void EngineWorker::loadModel(const ModelLoadRequest& request) {
     Q_EMIT modelLoaded(info);
     Q_EMIT memoryPolicyChanged(assistant_->memory_policy());
     refreshMemory();
-    restore_memory();  // the open conversation's KV for the new model (or why it cannot be used)
+    restore_memory();     // the open conversation's KV for the new model (or why it cannot be used)
+    queue_preparation();  // what it lacks (another model's caches) is built while nobody waits
   } catch (const std::exception& e) {
     const QString dir = QString::fromStdString(
         request.dir.empty() ? Assistant::bundled_model_dir().string() : request.dir.string());
@@ -328,6 +329,9 @@ void EngineWorker::setMemoryPolicy(const MemoryPolicyChoice& choice) {
   if (!ready()) return;
   try {
     assistant_->set_memory_policy(choice);
+    // A long conversation moved to EpiCache is clustered and its episodes built now, not by the
+    // next question.
+    queue_preparation();
   } catch (const std::exception& e) {
     Q_EMIT error(tr("Memory policy “%1”%2 not used: %3")
                      .arg(QString::fromStdString(choice.spec),

@@ -64,7 +64,8 @@ class EngineWorker : public QObject {
   // Between turns, while nobody waits (EpiCache): one block of bringing a waiting episode up to
   // the conversation (Assistant::prepare_memory_step), then itself again through the event
   // queue, so a request that comes meanwhile runs first and waits one block at most; a save when
-  // nothing is left. Called after each reply and after a conversation is opened.
+  // nothing is left. Called after each reply, after a conversation is opened, after a model is
+  // loaded and after the memory policy changes.
   void prepareMemory();
 
  Q_SIGNALS:
