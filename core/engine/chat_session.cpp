@@ -626,12 +626,16 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
   cached_ids_.insert(cached_ids_.end(), reply.generation.tokens.begin(),
                      reply.generation.tokens.begin() + std::max<int64_t>(0, fed));
   if (reply.route.episode >= 0) {
-    // The turn is the prompt after the conversation before it (its user message and reply).
-    ChatMessage user = std::move(messages_.back());
+    // The turn is the prompt after the conversation before it (its user message and reply);
+    // the user message is set aside for the render and put back however it ends.
+    struct SetAside {
+      std::vector<ChatMessage>& messages;
+      ChatMessage user;
+      ~SetAside() { messages.push_back(std::move(user)); }
+    } aside{messages_, std::move(messages_.back())};
     messages_.pop_back();
     const auto before_turn = static_cast<int64_t>(
         tmpl.encode(tok, messages_, /*add_generation_prompt=*/false, render_memo_).size());
-    messages_.push_back(std::move(user));
     count_fed(reply.route.episode, static_cast<int64_t>(common), ws_->stream_tokens(),
               static_cast<int64_t>(prompt.size()), before_turn);
   }
