@@ -57,6 +57,8 @@ std::int64_t count(const QString& profile) {
   return static_cast<std::int64_t>(ConversationRepository(db).list().size());
 }
 
+const QString kTinyModel = QStringLiteral(ENGRAM_TEST_DATA "/../../resources/models/engram-tiny");
+
 Utterance message(const std::string& role, const std::string& text, std::int64_t time_ms) {
   Utterance u;
   u.role = role;
@@ -204,6 +206,48 @@ class TestCliChatFile : public QObject {
     QCOMPARE(utterances.size(), 4u);
     QCOMPARE(utterances[2].text, std::string("And for dinner?"));
     QCOMPARE(utterances[1].text, std::string("Alfama, by the Tejo."));
+  }
+
+  // A long conversation under epicache with a small budget, never clustered (imported): with
+  // --prepare the chat indexes, clusters and builds its episodes before the first prompt, so the
+  // first question only routes; without it the first question clusters the history itself.
+  void chatPreparesALongConversationBeforeItsFirstQuestion() {
+    const auto long_profile = [&](const QString& name) {
+      Database db(path(name).toStdString());
+      ConversationRepository conversations(db);
+      Conversation c;
+      c.name = "A long chat";
+      c.memory_policy = "epicache";
+      c.kv_budget = 256;
+      const std::int64_t id = conversations.insert(c).id;
+      const char* topics[] = {"the garden and its roses", "the old bicycle in the shed",
+                              "the chess club on Tuesdays", "the recipe for plum cake"};
+      for (int i = 0; i < 160; ++i) {
+        conversations.append(id, message(i % 2 ? "assistant" : "user",
+                                         "Note " + std::to_string(i) + " is about " +
+                                             topics[(i / 8) % 4] + ", which came up again today.",
+                                         1'700'000'000'000 + i));
+      }
+      return QStringList{"chat",     "--model",        kTinyModel,   "--device",
+                         "cpu",      "--max-tokens",   "4",          "--profile",
+                         path(name), "--conversation", "A long chat"};
+    };
+    const QByteArray question = "What about the plum cake?\n";
+    const Run prepared = cli(long_profile("long") + QStringList{"--prepare"}, question);
+    QVERIFY2(prepared.rc == 0, qPrintable(prepared.err));
+    QVERIFY2(prepared.err.contains(QStringLiteral("prepared between turns: ")),
+             qPrintable(prepared.err));
+    QVERIFY2(prepared.err.contains(QStringLiteral("indexing the windows")),
+             qPrintable(prepared.err));
+    QVERIFY2(prepared.err.contains(QStringLiteral("memory (epicache")), qPrintable(prepared.err));
+    QVERIFY2(!prepared.err.contains(QStringLiteral("history clustered into episodes")),
+             qPrintable(prepared.err));
+    const Run unprepared = cli(long_profile("long-unprepared"), question);
+    QVERIFY2(unprepared.rc == 0, qPrintable(unprepared.err));
+    QVERIFY2(!unprepared.err.contains(QStringLiteral("prepared between turns: ")),
+             qPrintable(unprepared.err));
+    QVERIFY2(unprepared.err.contains(QStringLiteral("history clustered into episodes")),
+             qPrintable(unprepared.err));
   }
 };
 

@@ -2,17 +2,22 @@
 // so that stdout carries only the model's words.
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "app/cli/commands.h"
 #include "app/cli/model_loading.h"
 #include "core/engine/chat_session.h"
 #include "core/engine/conversation_store.h"
+#include "core/engine/turn_progress.h"
 #include "core/model/model_error.h"
 #include "core/policies/policy_registry.h"
 #include "core/tokenizer/token_stream.h"
@@ -113,13 +118,56 @@ int run_generate(int argc, char** argv) {
   return 0;
 }
 
+namespace {
+
+// EpiCache's work while nobody waits, as the app does it (ChatSession::prepare_waiting_episode):
+// a long conversation indexed, clustered and its episodes built, episodes caught up. In an
+// interactive chat it runs on its own thread while the next line is typed, and stop() ends it
+// after its current block (the session is the main thread's again once stop() returns); `done`
+// runs on that thread when nothing is left (the save).
+class BackgroundPreparation {
+ public:
+  BackgroundPreparation(ChatSession& session, std::function<void()> done)
+      : session_(session), done_(std::move(done)) {}
+  ~BackgroundPreparation() { stop(); }
+  void start() {
+    stop();
+    stop_ = false;
+    thread_ = std::thread([this] {
+      try {
+        bool any = false;
+        while (!stop_.load() && session_.prepare_waiting_episode())
+          any = true;
+        if (any && !stop_.load() && done_) done_();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "\nnote: the work between turns stopped: %s\n", e.what());
+      }
+    });
+  }
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  ChatSession& session_;
+  std::function<void()> done_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
 // With --conversation NAME the chat lives in the profile's store (--profile DIR, default
 // storage::default_profile_dir()): a stored conversation resumes from its KV caches (rebuilt from
 // text for another model or a damaged blob) and every turn is saved after its reply.
+// Under EpiCache the work between turns (clustering a long conversation, building and catching
+// up its episodes) runs while the next line is typed; --prepare runs it to the end before each
+// prompt instead (scripts: the next line waits for it).
 int run_chat(int argc, char** argv) {
   auto flags = generation_flags();
   flags.insert({"conversation", "profile"});
-  const Args args(argc, argv, 2, flags, {"ignore-eos"});
+  const Args args(argc, argv, 2, flags, {"ignore-eos", "prepare"});
   if (args.has("profile") && !args.has("conversation"))
     throw UsageError("--profile needs --conversation NAME");
   std::unique_ptr<TraceFileWriter> trace;
@@ -173,16 +221,62 @@ int run_chat(int argc, char** argv) {
                    db->paths().dir.c_str());
     }
   }
+  // What one save costs, from the process's own write counter: the append-only store writes the
+  // turn's new KV, not the history's.
+  const auto save = [&] {
+    if (!store) return;
+    const int64_t before = process_bytes_written();
+    const int64_t id = store->save(conversation, session);
+    const int64_t written = process_bytes_written() - before;
+    if (const auto kv = store->stored_kv(id); kv && kv->episode_caches > 0) {
+      std::fprintf(stderr,
+                   "saved: %lld bytes written (stored KV %lld bytes in %lld episode caches)\n",
+                   static_cast<long long>(written), static_cast<long long>(kv->episode_kv_bytes),
+                   static_cast<long long>(kv->episode_caches));
+    } else if (kv) {
+      std::fprintf(stderr,
+                   "saved: %lld bytes written (stored KV %lld bytes, %lld tokens in %lld runs)\n",
+                   static_cast<long long>(written), static_cast<long long>(kv->kv_bytes),
+                   static_cast<long long>(kv->tokens), static_cast<long long>(kv->runs));
+    }
+  };
   const bool interactive = isatty(STDIN_FILENO);
+  BackgroundPreparation background(session, [&] {
+    if (store) store->save(conversation, session);  // quietly: the person is typing
+  });
+  // --prepare: the waiting work to the end, with its count on stderr, then a save.
+  const auto prepare_now = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    int64_t steps = 0, indexing = 0;
+    while (const auto step = session.prepare_waiting_episode()) {
+      ++steps;
+      if (step->stage == TurnProgress::Stage::kIndexing) ++indexing;
+    }
+    if (steps == 0) return;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "prepared between turns: %lld steps (%lld indexing the windows), %.1f s\n",
+                 static_cast<long long>(steps), static_cast<long long>(indexing), s);
+    save();
+  };
+  const auto between_turns = [&] {
+    if (args.has("prepare")) {
+      prepare_now();
+    } else if (interactive) {
+      background.start();
+    }
+  };
   if (interactive)
     std::fprintf(stderr, "chatting with %s; an empty line or Ctrl-D ends\n", model.name.c_str());
   std::string line;
   while (true) {
+    between_turns();
     if (interactive) {
       std::fputs("> ", stdout);
       std::fflush(stdout);
     }
-    if (!std::getline(std::cin, line)) break;
+    const bool got = static_cast<bool>(std::getline(std::cin, line));
+    background.stop();  // waits for the block under way at most
+    if (!got) break;
     if (line.empty()) {
       if (interactive) break;
       continue;
@@ -214,19 +308,7 @@ int run_chat(int argc, char** argv) {
     std::fputc('\n', stdout);
     print_stats(reply.generation, reply.reused_tokens);
     if (!reply.memory_note.empty()) std::fprintf(stderr, "%s\n", reply.memory_note.c_str());
-    if (store) {
-      // What one save costs, from the process's own write counter: the append-only store writes
-      // the turn's new KV, not the history's.
-      const int64_t before = process_bytes_written();
-      const int64_t id = store->save(conversation, session);
-      const int64_t written = process_bytes_written() - before;
-      if (const auto kv = store->stored_kv(id)) {
-        std::fprintf(stderr,
-                     "saved: %lld bytes written (stored KV %lld bytes, %lld tokens in %lld runs)\n",
-                     static_cast<long long>(written), static_cast<long long>(kv->kv_bytes),
-                     static_cast<long long>(kv->tokens), static_cast<long long>(kv->runs));
-      }
-    }
+    save();
   }
   return 0;
 }

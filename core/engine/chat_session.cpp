@@ -108,10 +108,14 @@ size_t ChatSession::sync_prefix(const std::vector<int64_t>& ids, size_t keep_las
 
 int64_t ChatSession::prefill_history(int64_t chunk, const PrefillControl& control) {
   if (messages_.empty()) return 0;
-  // Episodes are built when a turn is routed to them (the first reply builds what it needs).
+  // Episodes are built between turns or when a turn is routed to them (the first reply builds
+  // what it needs).
   if (router_ && router_->clustered()) return 0;
   const std::vector<int32_t> rendered = model_.chat_template->encode(
       *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
+  // Past the budget the conversation is clustered before its next turn, which drops the single
+  // cache: filling it would be wasted (minutes at a 20K history on a CPU).
+  if (router_ && static_cast<int64_t>(rendered.size()) > policy_->budget()) return 0;
   const std::vector<int64_t> ids(rendered.begin(), rendered.end());
   if (policy_->budget() == 0 &&
       static_cast<int64_t>(ids.size()) + 1 > model_.config.max_positions) {
