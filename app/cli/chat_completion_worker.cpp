@@ -71,8 +71,13 @@ void ChatCompletionWorker::run() {
     Job job;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (stopping_) return;
+      if (waiting_.empty()) wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) break;
+      if (queue_.empty()) {  // idle, with work between turns left: one block of it
+        lock.unlock();
+        prepare_step();
+        continue;
+      }
       job = std::move(queue_.front());
       queue_.pop_front();
       running_cancel_ = job.cancel;
@@ -85,6 +90,46 @@ void ChatCompletionWorker::run() {
     std::lock_guard lock(mutex_);
     running_cancel_.reset();
   }
+  // Shutting down: what was prepared since the last save is kept.
+  for (auto& [name, session] : conversations_)
+    if (prepared_steps_.contains(name)) save_prepared(name, *session);
+}
+
+void ChatCompletionWorker::save_prepared(const std::string& name, ChatSession& session) {
+  const int64_t steps = prepared_steps_[name];
+  prepared_steps_.erase(name);
+  try {
+    const int64_t id = store_->save(name, session);
+    const auto kv = store_->stored_kv(id);
+    std::fprintf(stderr,
+                 "conversation '%s': prepared between requests (%lld blocks), saved with %lld "
+                 "episode caches\n",
+                 name.c_str(), static_cast<long long>(steps),
+                 static_cast<long long>(kv ? kv->episode_caches : 0));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "conversation '%s': what was prepared could not be saved: %s\n",
+                 name.c_str(), e.what());
+  }
+}
+
+void ChatCompletionWorker::prepare_step() {
+  for (auto& [name, session] : conversations_) {  // most recently used first
+    if (!waiting_.contains(name)) continue;
+    try {
+      if (session->prepare_waiting_episode()) {
+        ++prepared_steps_[name];
+        return;
+      }
+      if (prepared_steps_.contains(name)) save_prepared(name, *session);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "conversation '%s': the work between turns stopped: %s\n", name.c_str(),
+                   e.what());
+      prepared_steps_.erase(name);
+    }
+    waiting_.erase(name);
+    return;
+  }
+  waiting_.clear();  // the others left memory
 }
 
 ChatSession& ChatCompletionWorker::conversation_session(const std::string& name) {
@@ -114,8 +159,14 @@ ChatSession& ChatCompletionWorker::conversation_session(const std::string& name)
                      : ("cache rebuilt from the text: " + restored->rebuild_reason).c_str());
   }
   conversations_.emplace_front(name, std::move(session));
-  while (conversations_.size() > static_cast<size_t>(std::max<int64_t>(1, settings_.max_sessions)))
+  waiting_.insert(name);  // episodes the store lacks are built while no request waits
+  while (conversations_.size() >
+         static_cast<size_t>(std::max<int64_t>(1, settings_.max_sessions))) {
+    auto& [leaving, left] = conversations_.back();
+    if (prepared_steps_.contains(leaving)) save_prepared(leaving, *left);
+    waiting_.erase(leaving);
     conversations_.pop_back();
+  }
   return *conversations_.front().second;
 }
 
@@ -215,7 +266,11 @@ CompletionOutcome ChatCompletionWorker::complete(Job& job) {
     kept.back().content = outcome.text;
     session.set_history(std::move(kept));
   }
-  if (stored) store_->save(request.conversation, session);
+  if (stored) {
+    store_->save(request.conversation, session);
+    prepared_steps_.erase(request.conversation);  // that save kept it
+    waiting_.insert(request.conversation);
+  }
   return outcome;
 }
 

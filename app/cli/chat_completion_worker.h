@@ -5,7 +5,10 @@
 // prefix still saves the prefill of a repeated history), and one per stored conversation (the
 // engram_conversation field), restored from the profile's store with its KV and saved after
 // every reply, as `chat --conversation` does. A cancelled request (its client went away) stops
-// at the next token and leaves its conversation as it was.
+// at the next token and leaves its conversation as it was. While no request waits, the stored
+// conversations in memory get EpiCache's work between turns (ChatSession::
+// prepare_waiting_episode), one block at a time so that a request waits for one block at most,
+// most recently used first, each saved when its work is done.
 #pragma once
 
 #include <atomic>
@@ -15,9 +18,11 @@
 #include <functional>
 #include <future>
 #include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -74,6 +79,10 @@ class ChatCompletionWorker {
   void run();
   CompletionOutcome complete(Job& job);
   ChatSession& conversation_session(const std::string& name);
+  // One block of the work between turns for the first conversation in memory that has any;
+  // a conversation whose work is done is saved (when it did some) and leaves waiting_.
+  void prepare_step();
+  void save_prepared(const std::string& name, ChatSession& session);
 
   LoadedModel& model_;
   storage::Database* db_;
@@ -84,6 +93,10 @@ class ChatCompletionWorker {
   // settings_.max_sessions (nothing is lost: every reply was saved).
   std::list<std::pair<std::string, std::unique_ptr<ChatSession>>> conversations_;
   std::mt19937_64 seeds_;
+  // Worker thread only: conversations that may have work between turns, and the blocks of it
+  // done since each one's last save.
+  std::set<std::string> waiting_;
+  std::map<std::string, int64_t> prepared_steps_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

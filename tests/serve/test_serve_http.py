@@ -406,6 +406,51 @@ def run_checks(server, profile, log_path):
     finally:
         full.stop()
 
+    # A long conversation imported under epicache with a small budget: its first request clusters
+    # it and builds one episode; while no request waits the server builds the others a block at a
+    # time and saves them, so a restart restores every episode's cache.
+    work = os.path.dirname(profile)
+    long_profile, chat_file = os.path.join(work, "long-profile"), os.path.join(work, "long.json")
+    topics = ["the garden and its roses", "the old bicycle in the shed",
+              "the chess club on Tuesdays", "the recipe for plum cake"]
+    messages = [{"role": "assistant" if i % 2 else "user",
+                 "text": f"Note {i} is about {topics[(i // 8) % 4]}, which came up again today.",
+                 "time_ms": 1_700_000_000_000 + i} for i in range(160)]
+    with open(chat_file, "w") as f:
+        json.dump({"format": "engram-conversations", "version": 1, "conversations": [
+            {"title": "A long chat", "created_ms": 1, "updated_ms": 1, "memory_policy": "epicache",
+             "kv_budget": 256, "messages": messages}]}, f)
+    r = subprocess.run([CLI, "import", "chat", "--profile", long_profile, chat_file],
+                       capture_output=True, text=True, timeout=120)
+    check(r.returncode == 0, "a long conversation imported", r.stderr)
+    ask = {"model": MODEL, "temperature": 0, "max_tokens": 8, "engram_conversation": "A long chat",
+           "messages": [{"role": "user", "content": "What about the plum cake?"}]}
+    long_server = Server(long_profile, log_path)
+    try:
+        log_before = len(open(log_path).read())
+        status, text, _ = completion(long_server, ask)
+        check(status == 200, "long conversation: answered", text)
+        line = wait_for_log(log_path, log_before,
+                            r"conversation 'A long chat': prepared between requests \(\d+ blocks\), "
+                            r"saved with \d+ episode caches", timeout=300)
+        caches = re.search(r"saved with (\d+) episode caches", line or "")
+        check(caches is not None and int(caches.group(1)) >= 2,
+              "long conversation: the other episodes built and saved while no request waits",
+              line or "no log line")
+    finally:
+        long_server.stop()
+    again = Server(long_profile, log_path)
+    try:
+        log_before = len(open(log_path).read())
+        status, text, _ = completion(again, dict(ask, messages=[
+            {"role": "user", "content": "And the chess club?"}]))
+        restored = wait_for_log(log_path, log_before, r"conversation 'A long chat': restored .*")
+        check(status == 200 and restored is not None
+              and re.search(r"restored 162 messages, [1-9]\d* cached tokens", restored) is not None,
+              "long conversation: a restart restores every episode's cache", restored or text)
+    finally:
+        again.stop()
+
 
 if __name__ == "__main__":
     main()
