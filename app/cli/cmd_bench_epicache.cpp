@@ -291,18 +291,44 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
   const at::Device device = model.decoder->device();
   // The waiting work, timed apart from the turns; before the first turn it indexes and clusters
   // the history and builds every episode, as the app does after a long conversation is opened.
-  const auto prepare_waiting = [&](int64_t& steps) {
+  // Where its host time goes (ChatSession::last_prepare_timing, summed), and how long the device
+  // ran on after the host had enqueued the last step (`device_tail_ms`): a host-paced
+  // preparation has its steps' host time close to its wall time.
+  struct PrepareHost {
+    ChatSession::PrepareTiming sum;
+    double steps_ms = 0, device_tail_ms = 0;
+    json to_json() const {
+      return {{"render_ms", sum.render_ms},      {"refresh_ms", sum.refresh_ms},
+              {"switch_ms", sum.switch_ms},      {"prefill_enqueue_ms", sum.prefill_ms},
+              {"index_ms", sum.index_ms},        {"steps_host_ms", steps_ms},
+              {"device_tail_ms", device_tail_ms}};
+    }
+  };
+  const auto prepare_waiting = [&](int64_t& steps, PrepareHost& host) {
     gpu::synchronize(device);
     const auto t0 = Clock::now();
-    while (const auto step = session.prepare_waiting_episode()) {
+    while (true) {
+      const auto s0 = Clock::now();
+      const auto step = session.prepare_waiting_episode();
+      host.steps_ms += ms_since(s0);
+      const ChatSession::PrepareTiming& t = session.last_prepare_timing();
+      host.sum.render_ms += t.render_ms;
+      host.sum.refresh_ms += t.refresh_ms;
+      host.sum.switch_ms += t.switch_ms;
+      host.sum.prefill_ms += t.prefill_ms;
+      host.sum.index_ms += t.index_ms;
+      if (!step) break;
       ++steps;
       if (step->episode >= 0) active = step->episode;
     }
+    const auto s0 = Clock::now();
     gpu::synchronize(device);
+    host.device_tail_ms += ms_since(s0);
     return ms_since(t0);
   };
   int64_t first_steps = 0;
-  const double before_first = prepare ? prepare_waiting(first_steps) : 0.0;
+  PrepareHost first_host, between_host;
+  const double before_first = prepare ? prepare_waiting(first_steps, first_host) : 0.0;
   for (const std::string& turn : turns) {
     const auto index = static_cast<int64_t>(turn_ms.size());
     if (index == profile.first && !profile.path.empty())
@@ -336,7 +362,7 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
       ++per_episode[route.episode];
       active = route.episode;
     }
-    if (prepare) between_turns += prepare_waiting(prepare_steps);
+    if (prepare) between_turns += prepare_waiting(prepare_steps, between_host);
     std::fprintf(stderr, "\repicache turn %zu/%zu", turn_ms.size(), turns.size());
   }
   std::fprintf(stderr, "\n");
@@ -374,6 +400,8 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
         {"ms_per_step", between_turns / static_cast<double>(std::max<int64_t>(1, prepare_steps))},
         {"before_first_turn_ms", before_first},
         {"before_first_turn_steps", first_steps},
+        {"host", between_host.to_json()},
+        {"before_first_turn_host", first_host.to_json()},
         {"device_total_ms", total + between_turns + before_first},
         {"note",
          "waiting episodes brought up to the conversation between turns, a block a step, as the "

@@ -1,6 +1,7 @@
 #include "core/engine/chat_session.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -347,8 +348,20 @@ TextsEmbedder ChatSession::embedder(const TurnProgressFn& on_progress) const {
 }
 
 std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
+  prepare_timing_ = {};
   if (!router_ || messages_.empty() || messages_.back().role != "assistant") return std::nullopt;
-  if (!router_->clustered()) return cluster_ahead();
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  const auto lap = [&t0](double& into) {
+    const auto now = Clock::now();
+    into += std::chrono::duration<double, std::milli>(now - t0).count();
+    t0 = now;
+  };
+  if (!router_->clustered()) {
+    auto out = cluster_ahead();
+    lap(prepare_timing_.index_ms);
+    return out;
+  }
   add_unbuilt_episodes(router_->episodes().size());  // restored without their caches
   // An episode fed past its limit is re-clustered and rebuilt now, not by the turn routed there
   // (the utterance lines are gathered only then: this runs once a block).
@@ -362,6 +375,7 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
       ws_->clear();
       cached_ids_.clear();
     }
+    lap(prepare_timing_.refresh_ms);
   }
   const std::vector<int32_t> rendered = model_.chat_template->encode(
       *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
@@ -392,16 +406,21 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
       most_behind = behind;
     }
   }
+  lap(prepare_timing_.render_ms);
   if (pick < 0) return std::nullopt;
   switch_episode(pick);
   const size_t common = sync_prefix(ids, 0, nullptr);
+  lap(prepare_timing_.switch_ms);
   const size_t len = std::min(static_cast<size_t>(block_), ids.size() - common);
   const std::vector<int64_t> block(ids.begin() + static_cast<std::ptrdiff_t>(common),
                                    ids.begin() + static_cast<std::ptrdiff_t>(common + len));
-  gpu::DeviceTimeline timeline(ws_->cache().device());
-  // Evicting only when full, as a turn's catch-up does (GenerationOptions::evict_when_full).
-  (void)prefill(*model_.decoder, *policy_, *ws_, block, block_, timeline, nullptr,
-                /*reserve_when_full=*/0);
+  {
+    gpu::DeviceTimeline timeline(ws_->cache().device());
+    // Evicting only when full, as a turn's catch-up does (GenerationOptions::evict_when_full).
+    (void)prefill(*model_.decoder, *policy_, *ws_, block, block_, timeline, nullptr,
+                  /*reserve_when_full=*/0);
+  }
+  lap(prepare_timing_.prefill_ms);
   keep_fed_prefix(ids);
   count_fed(pick, static_cast<int64_t>(common), ws_->stream_tokens(),
             static_cast<int64_t>(ids.size()), /*own_from=*/static_cast<int64_t>(ids.size()));

@@ -142,6 +142,13 @@ class ChatSession {
   // only routes. The conversation must end with a reply. Returns that episode, the tokens its
   // stream now holds of the conversation's `total`; nullopt when no episode needs it.
   std::optional<TurnProgress> prepare_waiting_episode();
+  // Where the last prepare_waiting_episode() spent its host time (bench epicache): rendering
+  // and comparing the conversation, a re-clustering, the switch of working sets, the prefill's
+  // enqueue (the device may still be running it when the call returns), embedding windows.
+  struct PrepareTiming {
+    double render_ms = 0, refresh_ms = 0, switch_ms = 0, prefill_ms = 0, index_ms = 0;
+  };
+  const PrepareTiming& last_prepare_timing() const { return prepare_timing_; }
   // The episodes panel's view of a routed turn (core/policies/episode_trace.h): windows, episodes
   // with their cache sizes, the query; std::nullopt when the turn was not routed.
   std::optional<EpisodeTraceStep> episode_trace_step(const ChatReply& reply) const;
@@ -234,6 +241,7 @@ class ChatSession {
   EpisodeKvPoolOptions episode_kv_options_{.pinned_episodes = 0};
   int32_t active_episode_ = -1;
   int64_t episode_builds_ = 0;
+  PrepareTiming prepare_timing_;
   std::map<int32_t, int64_t> build_ends_;  // episode -> where its unfinished build ends
 };
 
