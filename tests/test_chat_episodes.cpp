@@ -27,6 +27,7 @@
 #include "core/policies/episode_router.h"
 #include "core/policies/episode_trace.h"
 #include "core/policies/layer_budget.h"
+#include "core/policies/lexical_embedding.h"
 #include "core/policies/policy_registry.h"
 #include "storage/conversation_export.h"
 #include "storage/database.h"
@@ -745,6 +746,58 @@ class ChatEpisodesTest : public QObject {
     QCOMPARE(next.reused_tokens, seen[0].done);
     QVERIFY(next.stop_reason != "cancelled");
     QVERIFY(next.generated_tokens > 0);
+  }
+
+  // epicache:embed=1 in a chat: the windows and the query are embedded as hashed word stems (no
+  // forward), topics cluster apart and a question goes to its topic's episode; the store keeps
+  // the vectors under the lexical model, so a chat under the model's own embedding clusters anew.
+  void aLexicalChatRoutesByTopicAndStoresItsVectorsApart() {
+    const std::vector<std::pair<std::string, std::string>> topics = {
+        {"my chess opening gambit lost a knight", "castle early and guard the knight"},
+        {"the garden tomato seedlings need compost", "water the tomato seedlings at dawn"},
+        {"my guitar amplifier hums on every chord", "check the guitar cable and amplifier"},
+        {"we moored the sailboat in the harbour", "drop anchor before the harbour tide"}};
+    std::vector<ChatMessage> history;
+    for (const auto& [user, assistant] : topics) {
+      for (int i = 0; i < 12; ++i) {
+        history.push_back({"user", user});
+        history.push_back({"assistant", assistant});
+      }
+    }
+    QTemporaryDir dir;
+    storage::Database db(fs::path(dir.path().toStdString()));
+    ConversationStore store(db);
+    ChatSession session(*model_, {}, {"epicache:embed=1", 256});
+    QCOMPARE(session.embedding_model(), std::string(kLexicalEmbeddingModel));
+    session.set_history(history);
+    const ChatReply r = session.reply("which knight did the chess gambit cost me?", greedy(8), {});
+    QVERIFY(r.route.clustered);
+    const EpisodeRouter& router = *session.episodes();
+    const LexicalEmbedder stems({});
+    for (size_t w = 0; w < router.window_texts().size(); ++w)
+      QCOMPARE(router.window_embeddings()[w], stems.embed(router.window_texts()[w]));
+    // Every episode holds one topic's windows (a window is two of one topic's exchanges); the
+    // question went to the chess one.
+    for (const ChatEpisode& e : router.episodes()) {
+      std::set<size_t> topic;
+      for (size_t w : e.windows)
+        if (w < 24) topic.insert(w / 6);
+      QCOMPARE(topic.size(), size_t{1});
+    }
+    const ChatEpisode& routed = router.episodes()[static_cast<size_t>(r.route.episode)];
+    QVERIFY(!routed.windows.empty());
+    QCOMPARE(routed.windows.front() / 6, size_t{0});
+    store.save("lexical", session);
+
+    ChatSession again(*model_, {}, {"epicache:embed=1", 256});
+    const auto restored = store.restore("lexical", again);
+    QVERIFY(restored && restored->episodes_restored);
+    QCOMPARE(again.episodes()->window_embeddings(), router.window_embeddings());
+    ChatSession model_states(*model_, {}, {"epicache", 256});
+    QCOMPARE(model_states.embedding_model(), model_->fingerprint);
+    const auto other = store.restore("lexical", model_states);
+    QVERIFY(other.has_value());
+    QVERIFY(!other->episodes_restored);
   }
 
   void episodesSurviveTheStoreAndRouteAsBefore() {

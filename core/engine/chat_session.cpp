@@ -9,6 +9,7 @@
 #include "core/model/model_error.h"
 #include "core/policies/epicache_policy.h"
 #include "core/policies/episode_trace.h"
+#include "core/policies/lexical_embedding.h"
 #include "core/policies/policy_registry.h"
 #include "core/policies/text_embedding.h"
 #include "core/tokenizer/stop_strings.h"
@@ -47,6 +48,7 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyCh
     ro.tau = static_cast<double>(o.tau_percent) / 100.0;
     ro.max_episodes = static_cast<int32_t>(o.max_episodes);
     ro.centre = o.centre;
+    lexical_embedding_ = o.lexical;
     ro.rebuild_tokens = o.rebuild_tokens > 0 ? o.rebuild_tokens : policy_->budget() + block;
     router_ = std::make_unique<EpisodeRouter>(ro);
     base_policy_ = policy_->clone();
@@ -338,7 +340,25 @@ std::vector<std::string> ChatSession::utterance_lines(size_t messages) const {
   return lines;
 }
 
+std::string ChatSession::embedding_model() const {
+  return lexical_embedding_ ? kLexicalEmbeddingModel : model_.fingerprint;
+}
+
 TextsEmbedder ChatSession::embedder(const TurnProgressFn& on_progress) const {
+  if (lexical_embedding_) {
+    // Log-TF of hashed stems without IDF: a chat's windows grow and come back from the store, so
+    // no corpus stays fixed (`eval conversation` weighs by IDF over its windows); the router's
+    // centring on the mean window lowers the stems every window shares, as IDF would. No forward:
+    // microseconds a window.
+    return [](const std::vector<std::string>& texts) {
+      static const LexicalEmbedder stems({});
+      std::vector<Embedding> out;
+      out.reserve(texts.size());
+      for (const std::string& t : texts)
+        out.push_back(stems.embed(t));
+      return out;
+    };
+  }
   return [this, on_progress](const std::vector<std::string>& texts) {
     const auto total = static_cast<int64_t>(texts.size());
     return embed_texts(*model_.decoder, *model_.tokenizer, texts, [&](int64_t done) {

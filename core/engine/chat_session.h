@@ -43,6 +43,10 @@ namespace engram {
 
 struct EpisodeTraceStep;  // core/policies/episode_trace.h
 
+// The embedding model under which a chat under epicache:embed=1 stores its window vectors: hashed
+// word stems need no model, so they survive a change of model (the episodes' caches do not).
+inline constexpr const char* kLexicalEmbeddingModel = "lexical-stems-v1";
+
 // A memory policy by spec and budget (tokens of KV per layer; 0 = the policy's default).
 struct PolicyChoice {
   std::string spec = "full";
@@ -111,6 +115,9 @@ class ChatSession {
   // EpiCache's episodes (null for every other policy); the store persists them.
   const EpisodeRouter* episodes() const { return router_.get(); }
   EpisodeRouter* episodes() { return router_.get(); }
+  // The space the router's vectors live in, which a store keeps them apart by: the model's
+  // fingerprint (its own mean-pooled states), or kLexicalEmbeddingModel under epicache:embed=1.
+  std::string embedding_model() const;
   int32_t active_episode() const { return active_episode_; }
   // Where the waiting episodes' KV is (null before the first clustering), and how much of it the
   // pinned host tier holds before episodes spill to disk (set before the first clustering;
@@ -186,7 +193,8 @@ class ChatSession {
   // episode's cache, policy and stream; `prompt_tokens` is the rendered conversation's length.
   EpisodeRoute route_turn(int64_t prompt_tokens, const TurnProgressFn& on_progress);
   // The router's view of the first `messages` messages (system prompt left out), and its
-  // embedder (the model's own states, reporting progress as indexing).
+  // embedder (the model's own states, reporting progress as indexing; hashed word stems under
+  // epicache:embed=1).
   std::vector<std::string> utterance_lines(size_t messages) const;
   TextsEmbedder embedder(const TurnProgressFn& on_progress) const;
   void switch_episode(int32_t episode);
@@ -235,6 +243,7 @@ class ChatSession {
   ChatTemplate::EncodeMemo render_memo_;  // the history's text runs, encoded once
   std::vector<int64_t> cached_ids_;       // the stream
   std::unique_ptr<EpisodeRouter> router_;
+  bool lexical_embedding_ = false;             // epicache:embed=1
   std::unique_ptr<MemoryPolicy> base_policy_;  // epicache without a patch: new episodes clone it
   std::vector<EpisodeCache> episode_caches_;   // the active one's members live in the fields above
   std::unique_ptr<EpisodeKvPool> episode_kv_;  // waiting episodes' KV (pinned pool, disk)

@@ -345,7 +345,7 @@ int64_t ConversationStore::save(const std::string& name, ChatSession& session) {
     for (const char* kind : {kRunKind, kRunIdsKind, kManifestKind, kKvKind, kIdsKind})
       for (const auto& r : list_kind(blobs, id, kind))
         blobs.remove(r.key);
-    save_episodes(db_, id, *episodes, model.fingerprint);
+    save_episodes(db_, id, *episodes, session.embedding_model());
     last_episode_save_ = save_episode_kv(blobs, id, session, episode_rewrite_lag_);
   } else {
     last_episode_save_.blobs_removed = remove_episode_kv(blobs, id);
@@ -373,7 +373,8 @@ std::optional<ConversationRestore> ConversationStore::restore(const std::string&
 
   const LoadedModel& model = session.model();
   if (EpisodeRouter* episodes = session.episodes())
-    out.episodes_restored = restore_episodes(db_, conversation->id, *episodes, model.fingerprint);
+    out.episodes_restored =
+        restore_episodes(db_, conversation->id, *episodes, session.embedding_model());
   session.keep_for_store(true);  // later turns append what leaves attention
   const KvCacheShape shape = session.cache().shape();
   const at::ScalarType dtype = session.cache().dtype();

@@ -34,7 +34,7 @@ int64_t key_index(const std::string& key, const std::string& kind) {
 }  // namespace
 
 void save_episodes(storage::Database& db, int64_t conversation_id, const EpisodeRouter& router,
-                   const std::string& model_fingerprint) {
+                   const std::string& embedding_model) {
   storage::MemoryRepository segments(db);
   storage::EmbeddingRepository vectors(db);
   storage::EpisodeRepository episodes(db);
@@ -46,8 +46,8 @@ void save_episodes(storage::Database& db, int64_t conversation_id, const Episode
         segments.upsert_segment(conversation_id, kWindowKind, window_key(i), texts[i], 0);
     window_ids.push_back(s.id);
     const storage::UnitRef owner{conversation_id, kWindowKind, s.id};
-    if (before && before->text == texts[i] && vectors.find(owner, model_fingerprint)) continue;
-    vectors.put({owner, model_fingerprint, router.window_embeddings()[i]});
+    if (before && before->text == texts[i] && vectors.find(owner, embedding_model)) continue;
+    vectors.put({owner, embedding_model, router.window_embeddings()[i]});
   }
   const std::vector<ChatEpisode>& eps = router.episodes();
   for (const storage::MemorySegment& s : segments.segments(conversation_id)) {
@@ -58,7 +58,7 @@ void save_episodes(storage::Database& db, int64_t conversation_id, const Episode
       segments.remove_segment(s.id);
   }
   if (!router.mean().empty())
-    vectors.put({{conversation_id, kMeanKind, 0}, model_fingerprint, router.mean()});
+    vectors.put({{conversation_id, kMeanKind, 0}, embedding_model, router.mean()});
   for (size_t e = 0; e < eps.size(); ++e) {
     storage::Episode row;
     row.conversation_id = conversation_id;
@@ -85,7 +85,7 @@ void save_episodes(storage::Database& db, int64_t conversation_id, const Episode
 }
 
 bool restore_episodes(storage::Database& db, int64_t conversation_id, EpisodeRouter& router,
-                      const std::string& model_fingerprint) {
+                      const std::string& embedding_model) {
   storage::MemoryRepository segments(db);
   storage::EmbeddingRepository vectors(db);
   storage::EpisodeRepository episodes(db);
@@ -103,13 +103,13 @@ bool restore_episodes(storage::Database& db, int64_t conversation_id, EpisodeRou
   std::vector<int64_t> ids;
   for (const storage::MemorySegment& s : windows) {
     if (s.id == 0) return false;  // a gap: not a state the router wrote
-    const auto v = vectors.find({conversation_id, kWindowKind, s.id}, model_fingerprint);
+    const auto v = vectors.find({conversation_id, kWindowKind, s.id}, embedding_model);
     if (!v) return false;  // another model's vectors
     texts.push_back(s.text);
     raw.push_back(v->vector);
     ids.push_back(s.id);
   }
-  const auto mean = vectors.find({conversation_id, kMeanKind, 0}, model_fingerprint);
+  const auto mean = vectors.find({conversation_id, kMeanKind, 0}, embedding_model);
   const auto window_index = [&](int64_t segment_id) -> std::optional<size_t> {
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] == segment_id) return i;

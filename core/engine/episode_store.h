@@ -21,10 +21,11 @@ namespace engram {
 // Writes the router's windows and episodes for conversation `id` (inside the caller's
 // transaction); removes rows the router no longer has.
 void save_episodes(storage::Database& db, int64_t conversation_id, const EpisodeRouter& router,
-                   const std::string& model_fingerprint);
+                   const std::string& embedding_model);
 // Puts stored episodes back into `router`; false (router unchanged) when there are none, or
-// when their vectors were made by another model (the router then clusters again when needed).
+// when their vectors were made by another embedding model (the router then clusters again when
+// needed).
 bool restore_episodes(storage::Database& db, int64_t conversation_id, EpisodeRouter& router,
-                      const std::string& model_fingerprint);
+                      const std::string& embedding_model);
 
 }  // namespace engram
