@@ -600,6 +600,7 @@ class ChatEpisodesTest : public QObject {
         model_->chat_template->encode(*model_->tokenizer, session.history(), false);
     int64_t indexing = 0, last_done = 0;
     std::set<int32_t> built;
+    std::map<int32_t, int64_t> built_done;
     int steps = 0;
     while (const auto step = session.prepare_waiting_episode()) {
       if (step->stage == TurnProgress::Stage::kIndexing) {
@@ -610,7 +611,15 @@ class ChatEpisodesTest : public QObject {
       } else {
         QCOMPARE(step->stage, TurnProgress::Stage::kPreparing);
         QVERIFY(session.episodes()->clustered());
+        // A step is one forward: the block less the episode's patch (a whole block was cut in
+        // two inside the prefill, a forward and an eviction each).
+        if (built.contains(step->episode) && step->done < step->total) {
+          QVERIFY(step->done > built_done[step->episode]);
+          QVERIFY2(step->done - built_done[step->episode] < 512,
+                   qPrintable(QString::number(step->done - built_done[step->episode])));
+        }
         built.insert(step->episode);
+        built_done[step->episode] = step->done;
       }
       QVERIFY2(++steps < 300, "the preparation does not end");
     }

@@ -128,6 +128,13 @@ int64_t next_request_id() {
   return next++;
 }
 
+int64_t prefill_room(const MemoryPolicy& policy, const KvWorkingSet& ws, int64_t chunk) {
+  if (!ws.fixed_capacity()) return std::max<int64_t>(1, chunk);
+  const auto patch =
+      policy.budget() > 0 ? static_cast<int64_t>(policy.patch_tokens().size()) : int64_t{0};
+  return std::max<int64_t>(1, std::min(chunk, ws.cache().capacity() - policy.budget() - patch));
+}
+
 at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
                    const std::vector<int64_t>& tokens, int64_t chunk, gpu::DeviceTimeline& timeline,
                    TraceRecorder* trace, int64_t reserve_when_full,
@@ -146,12 +153,10 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
   const bool when_full = reserve_when_full >= 0 && ws.fixed_capacity() && policy.budget() > 0;
   for (int64_t begin = 0; begin < n;) {
     if (control.cancel && control.cancel->load()) return {};
-    int64_t len = std::min(chunk, n - begin);
+    const int64_t len = prefill_room(policy, ws, std::min(chunk, n - begin));
     if (ws.fixed_capacity()) {
       // A fixed working set holds the budget plus one block; make room when it does not.
       const int64_t capacity = ws.cache().capacity();
-      const int64_t room = capacity - policy.budget() - patch_room;
-      len = std::min(len, std::max<int64_t>(1, room));
       const int64_t after = begin + len >= n ? reserve_when_full : 0;
       if (when_full && ws.tokens() > policy.budget() &&
           ws.tokens() + len + patch_room + after > capacity) {

@@ -113,6 +113,12 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
                    TraceRecorder* trace, int64_t reserve_when_full = -1,
                    const FinalLayerFn& on_final_layer = {}, const PrefillControl& control = {});
 
+// The most tokens one forward of prefill() takes into `working_set` under `policy` with chunks of
+// `chunk`: a fixed working set holds the budget, one block and the policy's patch, so it takes
+// the block less the patch (a caller feeding whole blocks would have each cut in two, the second
+// part a forward and an eviction of its own). At least 1.
+int64_t prefill_room(const MemoryPolicy& policy, const KvWorkingSet& working_set, int64_t chunk);
+
 // Full KV over a plain cache (the behaviour before policies): appends `new_tokens` (row 0) to
 // `cache` and generates. `history` is everything already in the
 // cache (for the repetition penalty and positions); new tokens sit at positions after it.
