@@ -427,7 +427,7 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     }
   }
   lap(prepare_timing_.render_ms);
-  if (pick < 0) return std::nullopt;
+  if (pick < 0) return write_back_active(static_cast<int64_t>(ids.size()));
   switch_episode(pick);
   const size_t common = sync_prefix(ids, 0, nullptr);
   lap(prepare_timing_.switch_ms);
@@ -453,6 +453,22 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   out.episodes = static_cast<int32_t>(router_->episodes().size());
   out.done = static_cast<int64_t>(cached_ids_.size());
   out.total = static_cast<int64_t>(ids.size());
+  return out;
+}
+
+std::optional<TurnProgress> ChatSession::write_back_active(int64_t conversation_tokens) {
+  // A plan moved the active episode's slots (an eviction in its last turn): the switch away from
+  // it would write the whole working set back (~1.2 GB on the 3B shape, ~25 ms on the H100)
+  // while the person waits. Written now, that switch appends only what later turns add.
+  if (active_episode_ < 0 || episode_kv().unwritten(active_episode_, *ws_) <= block_)
+    return std::nullopt;
+  episode_kv().checkpoint(active_episode_, *ws_);
+  TurnProgress out;
+  out.stage = TurnProgress::Stage::kPreparing;
+  out.episode = active_episode_;
+  out.episodes = static_cast<int32_t>(router_->episodes().size());
+  out.done = static_cast<int64_t>(cached_ids_.size());
+  out.total = conversation_tokens;
   return out;
 }
 

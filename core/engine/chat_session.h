@@ -146,8 +146,10 @@ class ChatSession {
   // the whole history: minutes on a CPU), then the one furthest behind by a block or more. A
   // conversation past the budget and not clustered yet (opened or imported long) is first
   // indexed and clustered (kIndexing steps: windows done of total), so that its first question
-  // only routes. The conversation must end with a reply. Returns that episode, the tokens its
-  // stream now holds of the conversation's `total`; nullopt when no episode needs it.
+  // only routes. Last, the active episode is written to the pool after a plan moved its slots
+  // (its switch would otherwise write it all while a turn waits). The conversation must end with
+  // a reply. Returns that episode, the tokens its stream now holds of the conversation's
+  // `total`; nullopt when no episode needs it.
   std::optional<TurnProgress> prepare_waiting_episode();
   // Where the last prepare_waiting_episode() spent its host time (bench epicache): rendering
   // and comparing the conversation, a re-clustering, the switch of working sets, the prefill's
@@ -209,6 +211,9 @@ class ChatSession {
   // its windows embedded (a block's worth a call) and then clustered, so that the next turn
   // only routes; nullopt while it fits the budget.
   std::optional<TurnProgress> cluster_ahead();
+  // prepare_waiting_episode() with nothing to build or catch up: the active episode written to
+  // the pool when its next switch would write more than a block (after a plan); else nullopt.
+  std::optional<TurnProgress> write_back_active(int64_t conversation_tokens);
   // An episode's patch tokens (its medoid window or query line, cut to fit beside a block).
   std::vector<int64_t> episode_patch(const std::string& patch_source) const;
   std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;

@@ -81,6 +81,25 @@ void EpisodeKvPool::need_room(int64_t pages, int32_t keep) {
   }
 }
 
+std::pair<size_t, int64_t> EpisodeKvPool::kept_units(const Stored& s,
+                                                     const KvWorkingSet& ws) const {
+  // Units wholly inside the slots unchanged since this episode was loaded stay; the rest go.
+  size_t keep = 0;
+  int64_t kept = 0;
+  if (s.live && static_cast<int64_t>(s.units.size()) < options_.max_units_per_episode) {
+    const int64_t unchanged = std::min(ws.unchanged_slots(), ws.tokens());
+    while (keep < s.units.size() && kept + units_.unit(s.units[keep]).tokens <= unchanged)
+      kept += units_.unit(s.units[keep++]).tokens;
+  }
+  return {keep, kept};
+}
+
+int64_t EpisodeKvPool::unwritten(int32_t episode, const KvWorkingSet& ws) const {
+  const auto it = episodes_.find(episode);
+  if (it == episodes_.end()) return ws.tokens();
+  return ws.tokens() - kept_units(it->second, ws).second;
+}
+
 void EpisodeKvPool::write_back(int32_t episode, const KvWorkingSet& ws) {
   Stored& s = episodes_[episode];
   const int64_t n = ws.tokens();
@@ -88,14 +107,7 @@ void EpisodeKvPool::write_back(int32_t episode, const KvWorkingSet& ws) {
     drop(episode);
     return;
   }
-  // Units wholly inside the slots unchanged since this episode was loaded stay; the rest go.
-  size_t keep = 0;
-  int64_t kept = 0;
-  if (s.live && static_cast<int64_t>(s.units.size()) < options_.max_units_per_episode) {
-    const int64_t unchanged = std::min(ws.unchanged_slots(), n);
-    while (keep < s.units.size() && kept + units_.unit(s.units[keep]).tokens <= unchanged)
-      kept += units_.unit(s.units[keep++]).tokens;
-  }
+  const auto [keep, kept] = kept_units(s, ws);
   for (size_t i = keep; i < s.units.size(); ++i)
     remove_unit(s.units[i]);
   s.units.resize(keep);

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "core/kv/kv_unit_pool.h"
@@ -57,6 +58,8 @@ class EpisodeKvPool {
   // Stores `ws` as episode `episode`'s KV (see the header comment: appends after the slots
   // unchanged since the episode was loaded). An empty working set drops the episode's KV.
   void write_back(int32_t episode, const KvWorkingSet& ws);
+  // Tokens write_back(episode, ws) would write now (all of them after a plan moved the slots).
+  int64_t unwritten(int32_t episode, const KvWorkingSet& ws) const;
   // Puts episode `episode` into `ws` (cleared first; spilled units come back from the disk
   // first). Returns false, leaving `ws` empty, when the episode has no KV stored.
   bool load(int32_t episode, KvWorkingSet& ws);
@@ -101,6 +104,8 @@ class EpisodeKvPool {
     bool live = false;  // the session's working set was loaded from these units
   };
   int64_t unit_tokens(const Stored& s) const;
+  // How many of `s`'s units (from the first) and their tokens a write-back of `ws` keeps.
+  std::pair<size_t, int64_t> kept_units(const Stored& s, const KvWorkingSet& ws) const;
   const Stored& stored(int32_t episode) const;
   void remove_unit(int64_t id);  // and its persisted tag
   void remove_units(Stored& s);
