@@ -637,15 +637,32 @@ class UiWindowTest : public QObject {
     bar.set_memory_policy({"streaming:sinks=8", 1024});
     QCOMPARE(chosen.count(), 0);
     QCOMPARE(combo->currentText(), QStringLiteral("streaming"));
+    QCOMPARE(bar.policy_options()->text(), QStringLiteral("sinks=8"));
     QCOMPARE(budget->value(), 1024);
     budget->setValue(512);
     QCOMPARE(chosen.count(), 1);
     QCOMPARE(last().spec, std::string("streaming:sinks=8"));
     QCOMPARE(last().kv_budget, int64_t(512));
-    // An unbounded policy: no budget.
-    combo->setCurrentIndex(combo->findText(QStringLiteral("full")));
+    // Options typed for the policy shown: its spec with them; cleared, its defaults.
+    QLineEdit* options = bar.policy_options();
+    options->selectAll();
+    QTest::keyClicks(options, QStringLiteral("sinks=16"));
+    QTest::keyClick(options, Qt::Key_Return);
     QCOMPARE(chosen.count(), 2);
+    QCOMPARE(last().spec, std::string("streaming:sinks=16"));
+    QCOMPARE(last().kv_budget, int64_t(512));
+    options->clear();
+    QTest::keyClick(options, Qt::Key_Return);
+    QCOMPARE(last().spec, std::string("streaming"));
+    options->setText(QStringLiteral("sinks=8"));
+    QTest::keyClick(options, Qt::Key_Return);
+    QCOMPARE(last().spec, std::string("streaming:sinks=8"));
+    // An unbounded policy: no budget; another policy starts without the options.
+    const int before_full = chosen.count();
+    combo->setCurrentIndex(combo->findText(QStringLiteral("full")));
+    QCOMPARE(chosen.count(), before_full + 1);
     QCOMPARE(last().spec, std::string("full"));
+    QVERIFY(options->text().isEmpty());
     QCOMPARE(last().kv_budget, int64_t(0));
     QVERIFY(!budget->isEnabled());
     QCOMPARE(budget->text(), QStringLiteral("default"));
@@ -758,6 +775,13 @@ class UiWindowTest : public QObject {
     Q_EMIT w->conversations()->openRequested(first);
     QTRY_COMPARE(w->current_conversation(), first);
     QVERIFY2(w->error_text().isEmpty(), qPrintable(w->error_text()));
+    // An option the policy does not know is refused: a banner says which, and the bar shows the
+    // policy in force again (nothing stored).
+    bar->policy_options()->setText(QStringLiteral("no_such_option=1"));
+    Q_EMIT bar->policy_options()->editingFinished();
+    QTRY_VERIFY(w->error_text().contains(QStringLiteral("no_such_option")));
+    QTRY_COMPARE(bar->memory_policy().spec, std::string("snapkv"));
+    QVERIFY(bar->policy_options()->text().isEmpty());
 
     // A new window (a new Assistant on the same store) reopens the first with snapkv/256.
     w.reset();

@@ -6,6 +6,7 @@
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QResizeEvent>
@@ -52,6 +53,11 @@ class BudgetSpinBox : public QSpinBox {
 
 std::string policy_name(const std::string& spec) {
   return spec.substr(0, spec.find(':'));
+}
+
+std::string spec_options(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  return colon == std::string::npos ? std::string() : spec.substr(colon + 1);
 }
 
 }  // namespace
@@ -120,6 +126,15 @@ ModelBar::ModelBar(QWidget* parent) : QWidget(parent) {
     policy_combo_->setItemData(policy_combo_->count() - 1, QString::fromStdString(p.summary),
                                Qt::ToolTipRole);
   }
+  options_ = new QLineEdit(this);
+  options_->setObjectName(QStringLiteral("memoryPolicyOptions"));
+  options_->setPlaceholderText(tr("options"));
+  options_->setClearButtonEnabled(true);
+  options_->setMaximumWidth(options_->fontMetrics().horizontalAdvance(QStringLiteral("x")) * 24);
+  options_->setToolTip(
+      tr("The memory policy's options, key=value separated by commas (e.g. embed=1: EpiCache "
+         "routes by word stems; tau=20: a new episode below a cosine of 0.20); empty: its "
+         "defaults. An option the policy does not know is refused."));
   budget_ = new BudgetSpinBox(this);
   budget_->setObjectName(QStringLiteral("kvBudgetSpin"));
   budget_->setRange(0, kMaxBudget);
@@ -141,6 +156,7 @@ ModelBar::ModelBar(QWidget* parent) : QWidget(parent) {
   layout->addWidget(progress_);
   layout->addWidget(new QLabel(tr("Memory"), this));
   layout->addWidget(policy_combo_);
+  layout->addWidget(options_);
   layout->addWidget(new QLabel(tr("KV budget"), this));
   layout->addWidget(budget_);
   layout->addWidget(status_, 1);
@@ -156,6 +172,7 @@ ModelBar::ModelBar(QWidget* parent) : QWidget(parent) {
   connect(load_, &QPushButton::clicked, this, [this] { Q_EMIT loadRequested(request()); });
   connect(policy_combo_, &QComboBox::currentIndexChanged, this, [this] { policy_edited(); });
   connect(budget_, &QSpinBox::valueChanged, this, [this] { policy_edited(); });
+  connect(options_, &QLineEdit::editingFinished, this, [this] { policy_edited(); });
 }
 
 bool ModelBar::bounded(int index) const {
@@ -171,8 +188,16 @@ void ModelBar::policy_edited() {
   if (index < 0) return;
   const std::string name = policy_combo_->itemData(index).toString().toStdString();
   MemoryPolicyChoice next;
-  // The same policy keeps its options ("streaming:sinks=8"); another one starts from its defaults.
-  next.spec = policy_name(policy_.spec) == name ? policy_.spec : name;
+  // The same policy takes the options shown ("streaming:sinks=8"); another one starts from its
+  // defaults.
+  const std::string options = options_->text().trimmed().toStdString();
+  if (policy_name(policy_.spec) != name) {
+    const QSignalBlocker block(options_);
+    options_->clear();
+    next.spec = name;
+  } else {
+    next.spec = options.empty() ? name : name + ":" + options;
+  }
   const bool takes_budget = bounded(index);
   next.kv_budget = takes_budget ? budget_->value() : 0;
   {
@@ -189,6 +214,8 @@ void ModelBar::policy_edited() {
 void ModelBar::set_memory_policy(const MemoryPolicyChoice& choice) {
   const QSignalBlocker block_combo(policy_combo_);
   const QSignalBlocker block_budget(budget_);
+  const QSignalBlocker block_options(options_);
+  options_->setText(QString::fromStdString(spec_options(choice.spec)));
   const QString name = QString::fromStdString(policy_name(choice.spec));
   int index = policy_combo_->findData(name);
   if (index < 0) {  // a policy this build does not list: shown as it is

@@ -1,6 +1,6 @@
 // The model picker: the bundled model or a Hugging Face folder the person chooses, the device and
 // dtype, a Load button, and the progress bar of the background load; then the open conversation's
-// memory policy (Assistant::memory_policies()) and its KV budget per layer.
+// memory policy (Assistant::memory_policies()), its options and its KV budget per layer.
 #pragma once
 
 #include <QStringList>
@@ -11,6 +11,7 @@
 
 class QComboBox;
 class QLabel;
+class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
@@ -45,6 +46,8 @@ class ModelBar : public QWidget {
   // policy's default).
   MemoryPolicyChoice memory_policy() const { return policy_; }
   QComboBox* policy_combo() const { return policy_combo_; }
+  // The spec's options after the policy's name ("sinks=8", "embed=1,tau=20"); empty: defaults.
+  QLineEdit* policy_options() const { return options_; }
   QSpinBox* budget_spin() const { return budget_; }
 
  public Q_SLOTS:
@@ -54,7 +57,7 @@ class ModelBar : public QWidget {
 
  Q_SIGNALS:
   void loadRequested(const engram::ModelLoadRequest& request);
-  // The person picked another policy or budget.
+  // The person picked another policy, its options or the budget.
   void memoryPolicyChosen(const engram::MemoryPolicyChoice& choice);
 
  private:
@@ -70,6 +73,7 @@ class ModelBar : public QWidget {
   QProgressBar* progress_;
   StatusLabel* status_;
   QComboBox* policy_combo_;
+  QLineEdit* options_;
   QSpinBox* budget_;
   std::vector<MemoryPolicyInfo> policies_;
   MemoryPolicyChoice policy_;
