@@ -535,6 +535,34 @@ class ChatEpisodesTest : public QObject {
     QVERIFY(!session.prepare_waiting_episode().has_value());
   }
 
+  // After a turn that leaves the active episode past its budget by half a block, the work
+  // between turns shrinks it to the budget (scored with its patch) and writes it to the pool, so
+  // its next turn appends and the switch away from it writes nothing while a turn waits.
+  void theActiveEpisodeMakesRoomBetweenTurns() {
+    ChatSession session(*model_, {}, {"epicache", 256});
+    session.set_history(long_history());
+    for (int steps = 0; session.prepare_waiting_episode(); ++steps)
+      QVERIFY2(steps < 300, "the preparation does not end");
+    int shrunk = 0;
+    for (const std::string& turn : user_turns(12)) {
+      (void)session.reply(turn + " " + turn + " " + turn, greedy(24), {});
+      const int32_t active = session.active_episode();
+      const int64_t after_turn = session.working_set().tokens();
+      const int64_t written = session.episode_kv_pool()->written_tokens();
+      for (int steps = 0; session.prepare_waiting_episode(); ++steps)
+        QVERIFY2(steps < 300, "the preparation does not end");
+      if (session.active_episode() != active) continue;  // a rebuild or catch-up moved on
+      if (after_turn > 256 + 256) {
+        QCOMPARE(session.working_set().tokens(), int64_t{256});
+        QVERIFY(session.episode_kv_pool()->written_tokens() > written);
+        ++shrunk;
+      }
+      QVERIFY(session.working_set().tokens() <= 256 + 256);
+      QVERIFY(session.episode_kv_pool()->unwritten(active, session.working_set()) <= 512);
+    }
+    QVERIFY2(shrunk > 0, "no turn left its episode half a block past the budget");
+  }
+
   // An episode whose own turns passed its limit is re-clustered and rebuilt between turns, as a
   // turn routed there would have done: with the work between turns no turn rebuilds or builds.
   // Only an episode's own turns count towards its limit: the routed episode's count grows by

@@ -427,7 +427,7 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     }
   }
   lap(prepare_timing_.render_ms);
-  if (pick < 0) return write_back_active(static_cast<int64_t>(ids.size()));
+  if (pick < 0) return settle_active(static_cast<int64_t>(ids.size()));
   switch_episode(pick);
   const size_t common = sync_prefix(ids, 0, nullptr);
   lap(prepare_timing_.switch_ms);
@@ -456,12 +456,21 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   return out;
 }
 
-std::optional<TurnProgress> ChatSession::write_back_active(int64_t conversation_tokens) {
-  // A plan moved the active episode's slots (an eviction in its last turn): the switch away from
-  // it would write the whole working set back (~1.2 GB on the 3B shape, ~25 ms on the H100)
-  // while the person waits. Written now, that switch appends only what later turns add.
-  if (active_episode_ < 0 || episode_kv().unwritten(active_episode_, *ws_) <= block_)
-    return std::nullopt;
+std::optional<TurnProgress> ChatSession::settle_active(int64_t conversation_tokens) {
+  if (active_episode_ < 0) return std::nullopt;
+  // Past its budget by half a block: shrunk to the budget now (scored with its patch, as a full
+  // working set is before a block), so that its next turn, its own or a catch-up after the
+  // others' turns, appends instead of forwarding the patch and re-planning every slot while the
+  // person waits. The paper's episode caches hold M between turns.
+  const bool shrink = ws_->tokens() > policy_->budget() + block_ / 2;
+  // Written to the pool when a plan moved its slots (that shrink, or an eviction in its turn):
+  // the switch away from it would write the whole working set (~1.2 GB on the 3B shape, ~25 ms
+  // on the H100) while a turn waits. Written now, that switch appends only what later turns add.
+  if (!shrink && episode_kv().unwritten(active_episode_, *ws_) <= block_) return std::nullopt;
+  if (shrink) {
+    gpu::DeviceTimeline timeline(ws_->cache().device());
+    evict_to_budget(*model_.decoder, *policy_, *ws_, timeline, nullptr);
+  }
   episode_kv().checkpoint(active_episode_, *ws_);
   TurnProgress out;
   out.stage = TurnProgress::Stage::kPreparing;

@@ -146,8 +146,9 @@ class ChatSession {
   // the whole history: minutes on a CPU), then the one furthest behind by a block or more. A
   // conversation past the budget and not clustered yet (opened or imported long) is first
   // indexed and clustered (kIndexing steps: windows done of total), so that its first question
-  // only routes. Last, the active episode is written to the pool after a plan moved its slots
-  // (its switch would otherwise write it all while a turn waits). The conversation must end with
+  // only routes. Last, the active episode is shrunk to its budget when it holds half a block
+  // more, and written to the pool after a plan moved its slots (its next turn would otherwise
+  // evict, and its switch write it all, while the person waits). The conversation must end with
   // a reply. Returns that episode, the tokens its stream now holds of the conversation's
   // `total`; nullopt when no episode needs it.
   std::optional<TurnProgress> prepare_waiting_episode();
@@ -211,9 +212,10 @@ class ChatSession {
   // its windows embedded (a block's worth a call) and then clustered, so that the next turn
   // only routes; nullopt while it fits the budget.
   std::optional<TurnProgress> cluster_ahead();
-  // prepare_waiting_episode() with nothing to build or catch up: the active episode written to
-  // the pool when its next switch would write more than a block (after a plan); else nullopt.
-  std::optional<TurnProgress> write_back_active(int64_t conversation_tokens);
+  // prepare_waiting_episode() with nothing to build or catch up: the active episode shrunk to its
+  // budget when it holds half a block more, and written to the pool when its next switch would
+  // write more than a block (after a plan); else nullopt.
+  std::optional<TurnProgress> settle_active(int64_t conversation_tokens);
   // An episode's patch tokens (its medoid window or query line, cut to fit beside a block).
   std::vector<int64_t> episode_patch(const std::string& patch_source) const;
   std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;

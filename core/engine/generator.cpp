@@ -128,6 +128,24 @@ int64_t next_request_id() {
   return next++;
 }
 
+void evict_to_budget(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& ws,
+                     gpu::DeviceTimeline& timeline, TraceRecorder* trace) {
+  if (policy.budget() <= 0 || ws.tokens() <= policy.budget()) return;
+  // The patch scores every slot first. A working set a reply filled has no room for the patch:
+  // it first drops the lowest-ranked of the last scores.
+  const std::vector<int64_t> patch = policy.patch_tokens();
+  const auto patch_room = static_cast<int64_t>(patch.size());
+  if (!patch.empty()) {
+    const int64_t capacity = ws.cache().capacity();
+    if (ws.fixed_capacity() && ws.tokens() + patch_room > capacity &&
+        !shrink_to(policy, ws, decoder, capacity - patch_room, trace)) {
+      throw std::logic_error("prefill: the working set is full and the policy keeps it");
+    }
+    score_with_patch(decoder, policy, ws, patch, timeline, trace);
+  }
+  shrink_to(policy, ws, decoder, policy.budget(), trace);
+}
+
 int64_t prefill_room(const MemoryPolicy& policy, const KvWorkingSet& ws, int64_t chunk) {
   if (!ws.fixed_capacity()) return std::max<int64_t>(1, chunk);
   const auto patch =
@@ -160,17 +178,8 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
       const int64_t after = begin + len >= n ? reserve_when_full : 0;
       if (when_full && ws.tokens() > policy.budget() &&
           ws.tokens() + len + patch_room + after > capacity) {
-        // Full: the patch scores every slot, then the shrink to the budget leaves room for the
-        // block and the patch (len <= room). A working set a reply filled has no room for the
-        // patch: it first drops the lowest-ranked of the last scores.
-        if (!patch.empty()) {
-          if (ws.tokens() + patch_room > capacity &&
-              !shrink_to(policy, ws, decoder, capacity - patch_room, trace)) {
-            throw std::logic_error("prefill: the working set is full and the policy keeps it");
-          }
-          score_with_patch(decoder, policy, ws, patch, timeline, trace);
-        }
-        shrink_to(policy, ws, decoder, policy.budget(), trace);
+        // Full: the shrink to the budget leaves room for the block and the patch (len <= room).
+        evict_to_budget(decoder, policy, ws, timeline, trace);
       }
       if (ws.tokens() + len > ws.cache().capacity() &&
           !shrink_to(policy, ws, decoder, ws.cache().capacity() - len, trace)) {
@@ -186,10 +195,7 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
     const bool last = begin + len >= n;
     logits = forward_block(decoder, policy, ws, block, ForwardPhase::kPrefill, 0, timeline, trace,
                            nullptr, last ? on_final_layer : FinalLayerFn{});
-    if (!when_full && policy.budget() > 0 && ws.tokens() > policy.budget()) {
-      if (!patch.empty()) score_with_patch(decoder, policy, ws, patch, timeline, trace);
-      shrink_to(policy, ws, decoder, policy.budget(), trace);
-    }
+    if (!when_full) evict_to_budget(decoder, policy, ws, timeline, trace);
     begin += len;
     if (control.on_progress) control.on_progress(begin, n);
   }

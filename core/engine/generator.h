@@ -113,6 +113,12 @@ at::Tensor prefill(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& w
                    TraceRecorder* trace, int64_t reserve_when_full = -1,
                    const FinalLayerFn& on_final_layer = {}, const PrefillControl& control = {});
 
+// Shrinks a working set past its budget to the budget as a full one is before the next block: the
+// policy's patch (if any) scores every slot, then its plan keeps the budget. Nothing when it holds
+// the budget or less.
+void evict_to_budget(const Decoder& decoder, MemoryPolicy& policy, KvWorkingSet& working_set,
+                     gpu::DeviceTimeline& timeline, TraceRecorder* trace);
+
 // The most tokens one forward of prefill() takes into `working_set` under `policy` with chunks of
 // `chunk`: a fixed working set holds the budget, one block and the policy's patch, so it takes
 // the block less the patch (a caller feeding whole blocks would have each cut in two, the second
