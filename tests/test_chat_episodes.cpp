@@ -520,19 +520,27 @@ class ChatEpisodesTest : public QObject {
     // so leaving it writes nothing while the next turn waits.
     const int32_t active = session.active_episode();
     QVERIFY(active >= 0);
-    QVERIFY(session.episode_kv_pool()->unwritten(active, session.working_set()) <= 512);
+    const int64_t unwritten = session.episode_kv_pool()->unwritten(active, session.working_set());
+    QVERIFY(unwritten <= 512);
     const int64_t written = session.episode_kv_pool()->written_tokens();
     // A new turn, wherever it goes, builds nothing and reuses all but that last block at most.
     const ChatReply next = session.reply(turns[1], greedy(8), {});
     if (next.route.episode != active)
-      QCOMPARE(session.episode_kv_pool()->written_tokens(), written);
+      QCOMPARE(session.episode_kv_pool()->written_tokens() - written, unwritten);
     QVERIFY(next.route.episode >= 0);
     QVERIFY(!next.route.rebuild);
     QCOMPARE(session.episode_builds(), builds + episodes - 1);
     QVERIFY2(next.reused_tokens > static_cast<int64_t>(rendered.size()) - 512,
              qPrintable(QString("%1 of %2").arg(next.reused_tokens).arg(rendered.size())));
-    // Nothing left to prepare that is a block behind.
-    QVERIFY(!session.prepare_waiting_episode().has_value());
+    // Nothing left to prepare that is a block behind: at most the routed episode's stream brought
+    // to the reply as the conversation renders it, and its shrink or write-back.
+    int settling = 0;
+    while (const auto step = session.prepare_waiting_episode()) {
+      QCOMPARE(step->episode, next.route.episode);
+      QVERIFY2(++settling <= 2, "more than settling the active episode");
+    }
+    QCOMPARE(session.cached_ids().size(),
+             model_->chat_template->encode(*model_->tokenizer, session.history(), false).size());
   }
 
   // After a turn that leaves the active episode past its budget by half a block, the work
@@ -545,13 +553,27 @@ class ChatEpisodesTest : public QObject {
       QVERIFY2(steps < 300, "the preparation does not end");
     int shrunk = 0;
     for (const std::string& turn : user_turns(12)) {
-      (void)session.reply(turn + " " + turn + " " + turn, greedy(24), {});
+      // Never a rebuild from the text: the shrink comes after the stream was brought to the
+      // conversation as the next turn renders it, so that turn cuts nothing compacted.
+      const ChatReply r = session.reply(turn + " " + turn + " " + turn, greedy(64), {});
+      QVERIFY(!r.rebuilt);
+      QVERIFY(!r.route.rebuild);
+      // The reply as the history keeps it need not be the ids fed (a re-tokenization, a stop
+      // string cut): a reply text that renders otherwise from its start (past the 32 tokens
+      // every plan keeps as they are) stands for that here.
+      std::vector<ChatMessage> history = session.history();
+      history.back().content = "Well, " + history.back().content;
+      session.set_history(history);
       const int32_t active = session.active_episode();
       const int64_t after_turn = session.working_set().tokens();
       const int64_t written = session.episode_kv_pool()->written_tokens();
       for (int steps = 0; session.prepare_waiting_episode(); ++steps)
         QVERIFY2(steps < 300, "the preparation does not end");
       if (session.active_episode() != active) continue;  // a rebuild or catch-up moved on
+      // Its stream is the conversation as the next turn renders it (the reply fed again).
+      const std::vector<int32_t> rendered =
+          model_->chat_template->encode(*model_->tokenizer, session.history(), false);
+      QVERIFY(session.cached_ids() == std::vector<int64_t>(rendered.begin(), rendered.end()));
       if (after_turn > 256 + 256) {
         QCOMPARE(session.working_set().tokens(), int64_t{256});
         QVERIFY(session.episode_kv_pool()->written_tokens() > written);

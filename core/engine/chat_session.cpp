@@ -427,7 +427,18 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     }
   }
   lap(prepare_timing_.render_ms);
-  if (pick < 0) return settle_active(static_cast<int64_t>(ids.size()));
+  const int64_t active_fed = active_episode_ >= 0 ? fed_of(cached_ids_) : 0;
+  const bool synced = active_episode_ >= 0 &&
+                      active_fed == static_cast<int64_t>(cached_ids_.size()) &&
+                      cached_ids_.size() == ids.size();
+  if (pick < 0 && active_episode_ >= 0 && !synced && active_fed >= ws_->exact_stream()) {
+    // The active episode's stream brought to the conversation as the next turn renders it: a
+    // reply's fed ids need not be its text's re-tokenization, and the turn would cut back and
+    // feed them again while the person waits (after a shrink, below, that cut would fall in
+    // compacted KV and rebuild the episode from the text).
+    pick = active_episode_;
+  }
+  if (pick < 0) return synced ? settle_active(static_cast<int64_t>(ids.size())) : std::nullopt;
   switch_episode(pick);
   const size_t common = sync_prefix(ids, 0, nullptr);
   lap(prepare_timing_.switch_ms);
@@ -437,7 +448,7 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
       std::min(static_cast<size_t>(prefill_room(*policy_, *ws_, block_)), ids.size() - common);
   const std::vector<int64_t> block(ids.begin() + static_cast<std::ptrdiff_t>(common),
                                    ids.begin() + static_cast<std::ptrdiff_t>(common + len));
-  {
+  if (!block.empty()) {  // empty: the stream only had ids past the conversation to drop
     gpu::DeviceTimeline timeline(ws_->cache().device());
     // Evicting only when full, as a turn's catch-up does (GenerationOptions::evict_when_full).
     (void)prefill(*model_.decoder, *policy_, *ws_, block, block_, timeline, nullptr,
