@@ -409,8 +409,9 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   // one working set back and loads another, and alternating episodes switched at every block.
   int32_t pick = -1;
   int64_t most_behind = 0;
+  const int64_t active_fed = active_episode_ >= 0 ? fed_of(cached_ids_) : 0;
   const bool active_behind =
-      active_episode_ >= 0 && static_cast<int64_t>(ids.size()) - fed_of(cached_ids_) >= block_;
+      active_episode_ >= 0 && static_cast<int64_t>(ids.size()) - active_fed >= block_;
   if (active_behind) pick = active_episode_;
   for (size_t e = 0; e < episode_caches_.size() && !active_behind; ++e) {
     const auto episode = static_cast<int32_t>(e);
@@ -427,7 +428,6 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     }
   }
   lap(prepare_timing_.render_ms);
-  const int64_t active_fed = active_episode_ >= 0 ? fed_of(cached_ids_) : 0;
   const bool synced = active_episode_ >= 0 &&
                       active_fed == static_cast<int64_t>(cached_ids_.size()) &&
                       cached_ids_.size() == ids.size();
@@ -458,12 +458,16 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   keep_fed_prefix(ids);
   count_fed(pick, static_cast<int64_t>(common), ws_->stream_tokens(),
             static_cast<int64_t>(ids.size()), /*own_from=*/static_cast<int64_t>(ids.size()));
+  return preparing_step(static_cast<int64_t>(ids.size()));
+}
+
+TurnProgress ChatSession::preparing_step(int64_t conversation_tokens) const {
   TurnProgress out;
   out.stage = TurnProgress::Stage::kPreparing;
-  out.episode = pick;
+  out.episode = active_episode_;
   out.episodes = static_cast<int32_t>(router_->episodes().size());
   out.done = static_cast<int64_t>(cached_ids_.size());
-  out.total = static_cast<int64_t>(ids.size());
+  out.total = conversation_tokens;
   return out;
 }
 
@@ -483,13 +487,7 @@ std::optional<TurnProgress> ChatSession::settle_active(int64_t conversation_toke
     evict_to_budget(*model_.decoder, *policy_, *ws_, timeline, nullptr);
   }
   episode_kv().checkpoint(active_episode_, *ws_);
-  TurnProgress out;
-  out.stage = TurnProgress::Stage::kPreparing;
-  out.episode = active_episode_;
-  out.episodes = static_cast<int32_t>(router_->episodes().size());
-  out.done = static_cast<int64_t>(cached_ids_.size());
-  out.total = conversation_tokens;
-  return out;
+  return preparing_step(conversation_tokens);
 }
 
 std::optional<TurnProgress> ChatSession::cluster_ahead() {

@@ -216,6 +216,8 @@ class ChatSession {
   // budget when it holds half a block more, and written to the pool when its next switch would
   // write more than a block (after a plan); else nullopt.
   std::optional<TurnProgress> settle_active(int64_t conversation_tokens);
+  // A kPreparing step of the active episode: its stream's tokens of the conversation's.
+  TurnProgress preparing_step(int64_t conversation_tokens) const;
   // An episode's patch tokens (its medoid window or query line, cut to fit beside a block).
   std::vector<int64_t> episode_patch(const std::string& patch_source) const;
   std::unique_ptr<MemoryPolicy> episode_policy(const std::string& patch_source) const;
