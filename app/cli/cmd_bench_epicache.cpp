@@ -254,10 +254,12 @@ double other_ms(const TurnTiming& t) {
                            g.prefill_ms - g.decode_ms);
 }
 
-// Turns [first, last) of the epicache run traced (--profile PATH --profile-turns A-B).
+// Turns [first, last) of the epicache run traced (--profile PATH --profile-turns A-B), or the
+// preparation steps [first, last) before the first turn (--profile-steps A-B, epicache-prepared).
 struct TurnProfile {
   std::string path;
   int64_t first = -1, last = -1;
+  bool steps = false;
 };
 
 // The slowest turns a person waits for: the largest and the 95th percentile.
@@ -304,10 +306,12 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
               {"device_tail_ms", device_tail_ms}};
     }
   };
-  const auto prepare_waiting = [&](int64_t& steps, PrepareHost& host) {
+  const auto prepare_waiting = [&](int64_t& steps, PrepareHost& host, bool traced) {
     gpu::synchronize(device);
     const auto t0 = Clock::now();
     while (true) {
+      if (traced && steps == profile.first) tracing = std::make_unique<TorchProfile>(profile.path);
+      if (traced && steps == profile.last) tracing.reset();
       const auto s0 = Clock::now();
       const auto step = session.prepare_waiting_episode();
       host.steps_ms += ms_since(s0);
@@ -324,17 +328,20 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
     const auto s0 = Clock::now();
     gpu::synchronize(device);
     host.device_tail_ms += ms_since(s0);
+    if (traced) tracing.reset();
     return ms_since(t0);
   };
   int64_t first_steps = 0;
   PrepareHost first_host, between_host;
-  const double before_first = prepare ? prepare_waiting(first_steps, first_host) : 0.0;
+  const bool trace_steps = profile.steps && !profile.path.empty();
+  const double before_first = prepare ? prepare_waiting(first_steps, first_host, trace_steps) : 0.0;
   for (const std::string& turn : turns) {
     const auto index = static_cast<int64_t>(turn_ms.size());
-    if (index == profile.first && !profile.path.empty())
+    const bool trace_turns = !profile.steps && !profile.path.empty();
+    if (trace_turns && index == profile.first)
       tracing = std::make_unique<TorchProfile>(profile.path);
     const TurnTiming t = timed_reply(session, turn, options);
-    if (index + 1 == profile.last) tracing.reset();
+    if (trace_turns && index + 1 == profile.last) tracing.reset();
     const ChatReply& r = t.reply;
     const EpisodeRoute& route = r.route;
     total += t.wall_ms;
@@ -362,7 +369,7 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
       ++per_episode[route.episode];
       active = route.episode;
     }
-    if (prepare) between_turns += prepare_waiting(prepare_steps, between_host);
+    if (prepare) between_turns += prepare_waiting(prepare_steps, between_host, false);
     std::fprintf(stderr, "\repicache turn %zu/%zu", turn_ms.size(), turns.size());
   }
   std::fprintf(stderr, "\n");
@@ -564,8 +571,8 @@ double ratio(const json& a, const json& b) {
 int run_bench_epicache(int argc, char** argv) {
   auto with_value = model_flags_with_value();
   with_value.insert({"tokenizer", "history-tokens", "turns", "kv-budget", "decode-tokens",
-                     "full-turns", "sweep", "methods", "policy", "json", "profile",
-                     "profile-turns"});
+                     "full-turns", "sweep", "methods", "policy", "json", "profile", "profile-turns",
+                     "profile-steps"});
   const Args args(argc, argv, 2, with_value, {});
   if (args.positional() != std::vector<std::string>{"epicache"})
     throw UsageError("bench epicache takes no other positional arguments");
@@ -591,17 +598,22 @@ int run_bench_epicache(int argc, char** argv) {
     }
   }
   const PolicyChoice epicache{args.str("policy", "epicache"), budget};
-  // --profile PATH --profile-turns A-B: a Kineto trace of the epicache run's turns A..B-1.
+  // --profile PATH --profile-turns A-B: a Kineto trace of the epicache run's turns A..B-1;
+  // --profile-steps A-B instead: of epicache-prepared's preparation steps A..B-1 before the
+  // first turn (the episodes' builds).
   TurnProfile profile;
   profile.path = args.str("profile", "");
   if (!profile.path.empty()) {
-    const std::string range = args.str("profile-turns", "10-13");
+    profile.steps = args.has("profile-steps");
+    const std::string flag = profile.steps ? "--profile-steps" : "--profile-turns";
+    const std::string range =
+        profile.steps ? args.str("profile-steps", "") : args.str("profile-turns", "10-13");
     const size_t dash = range.find('-');
-    if (dash == std::string::npos) throw UsageError("--profile-turns: A-B, e.g. 10-13");
+    if (dash == std::string::npos) throw UsageError(flag + ": A-B, e.g. 10-13");
     profile.first = std::stoll(range.substr(0, dash));
     profile.last = std::stoll(range.substr(dash + 1));
     if (profile.first < 0 || profile.last <= profile.first)
-      throw UsageError("--profile-turns: A-B with 0 <= A < B");
+      throw UsageError(flag + ": A-B with 0 <= A < B");
   }
   (void)policy_choice_from_args(args, "epicache");  // a typo fails before the model loads
 

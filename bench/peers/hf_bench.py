@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Hugging Face transformers peer for `engram-cli bench`: the same named shape with random
 weights, bf16, SDPA attention, batch 1. Prefill of N tokens; decode of D tokens after an
-N-token prompt with the model's own KV cache (one token per forward, greedy).
+N-token prompt with the model's own KV cache (one token per forward, greedy). Also the peak of
+the CUDA caching allocator's allocated bytes over a run (weights included, as `engram-cli bench`
+reports its peaks): the transformers full-KV peak beside Engram's.
 
     python3 bench/peers/hf_bench.py --shape qwen2.5-7b --tokens 4096 --decode-tokens 256 --json out.json
 """
@@ -66,9 +68,12 @@ def main():
 
     prefill = []
     decode = []
+    peaks = []
+    weights = torch.cuda.memory_allocated()
     with torch.inference_mode():
         for run in range(-1, args.repeat):
             sync()
+            torch.cuda.reset_peak_memory_stats()
             t0 = time.perf_counter()
             out = model(ids, use_cache=True, logits_to_keep=1)
             nxt = out.logits[:, -1].argmax(-1, keepdim=True)
@@ -84,6 +89,7 @@ def main():
             if run >= 0:
                 prefill.append(args.tokens / (t1 - t0))
                 decode.append((args.decode_tokens - 1) / (t2 - t1))
+                peaks.append(torch.cuda.max_memory_allocated())
             del out, pkv
             torch.cuda.empty_cache()
     res = {
@@ -100,6 +106,10 @@ def main():
         "prefill_tokens_per_s": statistics.median(prefill),
         "decode_tokens_per_s_runs": decode,
         "decode_tokens_per_s": statistics.median(decode),
+        "decode_ms_per_token": 1000.0 / statistics.median(decode),
+        "weights_bytes": weights,
+        "peak_allocated_bytes_runs": peaks,
+        "peak_allocated_bytes": max(peaks),
     }
     print(json.dumps(res))
     if args.json:
