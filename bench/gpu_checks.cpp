@@ -2,6 +2,8 @@
 // host KV source against the resident cache (same logits, copy intervals on the copy lane).
 // Writes one JSON object; exits non-zero when a comparison exceeds its tolerance.
 //   engram-gpu-checks [--json FILE] [--shape qwen2.5-7b] [--prefix 4096] [--tokens 256]
+#include <torch/version.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -32,6 +34,7 @@
 #include "gpu/decode_linear.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
+#include "gpu/exact_pinned.h"
 #include "gpu/key_kmeans.h"
 #include "gpu/louiskv_scoring.h"
 #include "gpu/page_gather.h"
@@ -1221,6 +1224,126 @@ nlohmann::json check_softmax_column_max(bool& ok) {
   return out;
 }
 
+// EpiCache's patch score (cached_attention_max) with bf16 operands on the device, where the
+// scores are one tensor-core GEMM with f32 output, against the CPU's f32 path on the same values:
+// a cache longer than the scored keys, a ragged set hiding some, then the time of the device's
+// GEMM against the f32 FFMA GEMM it replaced (the 3B shape's patch: 8 KV heads x 3 x 160 rows
+// over 10,240 keys).
+nlohmann::json check_cached_attention_max(bool& ok) {
+  nlohmann::json out;
+  nlohmann::json rows = nlohmann::json::array();
+  struct Case {
+    int64_t hkv, g, r, d, cached, capacity;
+    bool ragged;
+  };
+  for (const Case& c :
+       {Case{2, 2, 7, 64, 300, 320, false}, Case{8, 3, 160, 128, 10240, 10400, false},
+        Case{4, 4, 33, 128, 2049, 2100, true}}) {
+    at::manual_seed(c.cached + c.r);
+    const at::Tensor q = at::randn({1, c.hkv * c.g, c.r, c.d}).to(at::kBFloat16);
+    const at::Tensor keys = at::randn({1, c.hkv, c.capacity, c.d}).to(at::kBFloat16);
+    const at::Tensor values = at::randn({1, c.hkv, c.capacity, c.d}).to(at::kBFloat16);
+    const at::Tensor positions = at::arange(c.cached, c.cached + c.r, at::kLong).unsqueeze(0);
+    at::Tensor valid;
+    if (c.ragged) valid = at::rand({1, c.hkv, c.capacity}).gt(0.1);
+    const auto score = [&](at::Device dev) {
+      AttendKv kv;
+      kv.keys = keys.to(dev);
+      kv.values = values.to(dev);
+      kv.key_positions = at::arange(c.capacity, at::kLong).view({1, -1}).to(dev);
+      if (valid.defined()) kv.key_valid = valid.to(dev);
+      return cached_attention_max(q.to(dev), kv, positions.to(dev), std::nullopt, c.cached)
+          .to(at::kCPU);
+    };
+    const at::Tensor got = score(at::Device(at::kCUDA, 0));
+    const at::Tensor want = score(at::Device(at::kCPU));
+    const double err = (got - want).abs().max().item<double>();
+    const bool pass = got.sizes() == want.sizes() && err <= 1e-5;
+    ok = ok && pass;
+    std::fprintf(
+        stderr,
+        "%s cached_attention_max bf16 [%lld x %lld, %lld rows, %lld keys%s]: max abs error %.3g\n",
+        pass ? "PASS" : "FAIL", static_cast<long long>(c.hkv), static_cast<long long>(c.g),
+        static_cast<long long>(c.r), static_cast<long long>(c.cached), c.ragged ? ", ragged" : "",
+        err);
+    rows.push_back({{"kv_heads", c.hkv},
+                    {"group", c.g},
+                    {"rows", c.r},
+                    {"cached", c.cached},
+                    {"ragged", c.ragged},
+                    {"max_abs_error", err},
+                    {"pass", pass}});
+  }
+  out["checks"] = rows;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+  const auto opts = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor q = at::randn({1, 24, 160, 128}, opts);
+  const at::Tensor keys = at::randn({1, 8, 10240, 128}, opts);
+  const double scale = 1.0 / std::sqrt(128.0);
+  const double tensor_cores = mean_device_us(q.device(), 3, 20, [&](int) {
+    (void)at::bmm(q.reshape({8, 480, 128}), keys.view({8, 10240, 128}).transpose(1, 2), at::kFloat)
+        .mul_(scale);
+  });
+  const double f32 = mean_device_us(q.device(), 3, 20, [&](int) {
+    (void)at::matmul(q.reshape({1, 8, 480, 128}).to(at::kFloat) * scale,
+                     keys.to(at::kFloat).transpose(-1, -2));
+  });
+  std::fprintf(stderr,
+               "TIME patch scores 3B [8, 480 rows, 10240 keys]: bf16 GEMM f32 out %.1f us, f32 "
+               "operands %.1f us\n",
+               tensor_cores, f32);
+  out["timing_3b_patch_scores_us"] = {{"bf16_f32_out", tensor_cores}, {"f32_operands", f32}};
+#endif
+  return out;
+}
+
+// The paged pool's pinned slab (gpu::exact_pinned): page-locked (is_pinned, an asynchronous
+// round trip through the device returns the same bytes, kernels read it in place through
+// device_view_of_pinned), then the time to lock an episode pool's 4.8 GB against PyTorch's
+// caching host allocator (which rounds the request up to 8 GB).
+nlohmann::json check_exact_pinned(bool& ok) {
+  nlohmann::json out;
+  at::Tensor slab = gpu::exact_pinned({3, 5 << 20}, at::kFloat);  // 60 MiB
+  slab.copy_(at::randn({3, 5 << 20}));
+  const at::Tensor on_device = slab.to(at::Device(at::kCUDA, 0), /*non_blocking=*/true);
+  at::Tensor back = gpu::exact_pinned({3, 5 << 20}, at::kFloat);
+  back.copy_(on_device.mul(2), /*non_blocking=*/true);
+  gpu::synchronize(on_device.device());
+  const bool round_trip = back.equal(slab.mul(2));
+  const at::Tensor in_place = gpu::device_view_of_pinned(slab, on_device.device());
+  const double view_err = (in_place.sum(1).cpu() - slab.sum(1)).abs().max().item<double>();
+  const bool pass = slab.is_pinned() && round_trip && view_err <= 1e-1;
+  ok = ok && pass;
+  std::fprintf(stderr, "%s exact_pinned: pinned %d, round trip %d, in-place read error %.3g\n",
+               pass ? "PASS" : "FAIL", slab.is_pinned() ? 1 : 0, round_trip ? 1 : 0, view_err);
+  out["pinned"] = slab.is_pinned();
+  out["round_trip_equal"] = round_trip;
+  out["in_place_sum_error"] = view_err;
+  const int64_t bytes = int64_t{4800} << 20;
+  const auto timed_ms = [](const auto& fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  double exact_ms = 0, caching_ms = 0;
+  {
+    at::Tensor a;
+    exact_ms = timed_ms([&] { a = gpu::exact_pinned({bytes}, at::kByte); });
+  }
+  {
+    at::Tensor b;
+    caching_ms = timed_ms(
+        [&] { b = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true)); });
+  }
+  std::fprintf(
+      stderr,
+      "TIME pinning 4.8 GB: exact_pinned %.0f ms, PyTorch's caching host allocator %.0f ms "
+      "(rounded up to 8 GB)\n",
+      exact_ms, caching_ms);
+  out["timing_lock_4800_mib_ms"] = {{"exact_pinned", exact_ms}, {"caching_allocator", caching_ms}};
+  return out;
+}
+
 // The split-slot decode attention kernel (gpu/decode_attention.h) against its reference body on
 // the device (f32 matmuls): dtypes, head dims, group sizes, holes, windows, per-head valid slots,
 // rows of different lengths, never-written slots holding NaN. Then its speed on the 3B shape
@@ -1593,6 +1716,11 @@ int main(int argc, char** argv) {
     out["decode_attention"] = check_decode_attention(ok);
     return finish();
   }
+  if (only == "patch_and_pinned") {
+    out["cached_attention_max"] = check_cached_attention_max(ok);
+    out["exact_pinned"] = check_exact_pinned(ok);
+    return finish();
+  }
   if (only == "attention_runs") {
     out["attention_runs"] = check_attention_runs(ok);
     return finish();
@@ -1631,5 +1759,8 @@ int main(int argc, char** argv) {
   guarded("prefill_elementwise", "prefill elementwise",
           [&] { return check_prefill_elementwise(ok); });
   guarded("attention_runs", "attention runs", [&] { return check_attention_runs(ok); });
+  guarded("cached_attention_max", "cached attention max",
+          [&] { return check_cached_attention_max(ok); });
+  guarded("exact_pinned", "exact pinned", [&] { return check_exact_pinned(ok); });
   return finish();
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gpu/device_timeline.h"
+#include "gpu/exact_pinned.h"
 
 namespace engram {
 namespace {
@@ -60,7 +61,9 @@ KvPagePool::KvPagePool(KvCacheShape shape, at::ScalarType dtype, at::Device devi
   sizes.insert(sizes.begin(), options_.device_pages);
   tier(PageTier::kDevice).slab = at::zeros(sizes, at::TensorOptions().dtype(dtype).device(device));
   sizes[0] = options_.pinned_pages;
-  tier(PageTier::kPinned).slab = gpu::empty_pinned(sizes, dtype);
+  // Exactly its pages, locked once for the pool's life (not rounded up to a power of two).
+  tier(PageTier::kPinned).slab =
+      gpu::pinned_memory_available() ? gpu::exact_pinned(sizes, dtype) : at::empty(sizes, dtype);
   if (!options_.spill_dir.empty()) {
     static std::atomic<int64_t> counter{0};
     std::filesystem::create_directories(options_.spill_dir);
