@@ -223,6 +223,79 @@ class RaggedPlanTest : public QObject {
       QVERIFY(at::equal(logits[0][i], logits[1][i]));
   }
 
+  // Successive per-head plans that pad no slot (EpiCache's shrinks): the slot map is each plan's
+  // lists read through the map before it, the verbatim tail kept by every list stays exact (and
+  // truncatable), and a plan ending on compacted slots leaves no exact tail.
+  void successivePlansComposeTheSlotMap() {
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    const int64_t layers = c.num_layers, heads = c.num_kv_heads;
+    KvWorkingSet ws(shape_of(c), 64, d.dtype(), d.device(), c.max_positions);
+    feed(d, ws, test::token_ids(40, 3));
+    // want[l][h]: the stream index each slot holds, by hand.
+    std::vector<std::vector<std::vector<int64_t>>> want(
+        static_cast<size_t>(layers), std::vector<std::vector<int64_t>>(static_cast<size_t>(heads)));
+    for (auto& layer : want)
+      for (auto& head : layer)
+        for (int64_t j = 0; j < 40; ++j)
+          head.push_back(j);
+    // Each plan: every (layer, head) keeps up to 10 older slots by its own stride, then the
+    // last `tail` slots verbatim (tail 0: the lists end on a compacted slot).
+    const auto plan_of = [&](int64_t tokens, int64_t tail, int64_t round) {
+      KeepPlan plan;
+      plan.per_head.resize(static_cast<size_t>(layers));
+      for (int64_t l = 0; l < layers; ++l) {
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<int64_t> list;
+          const int64_t stride = 1 + (l + h + round) % 2;
+          const int64_t picks = std::min<int64_t>(10, (tokens - tail - 3) / 2);
+          for (int64_t j = (l + 2 * h) % 3; static_cast<int64_t>(list.size()) < picks; j += stride)
+            list.push_back(j);
+          for (int64_t j = tokens - tail; j < tokens; ++j)
+            list.push_back(j);
+          plan.per_head[static_cast<size_t>(l)].push_back(list);
+        }
+      }
+      return plan;
+    };
+    const auto check = [&](int64_t exact_tail) {
+      const at::Tensor map = ws.slot_stream();
+      QCOMPARE(map.size(2), ws.tokens());
+      for (int64_t l = 0; l < layers; ++l)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t j = 0; j < ws.tokens(); ++j)
+            QCOMPARE(map[l][h][j].item<int64_t>(), want[l][h][static_cast<size_t>(j)]);
+      QCOMPARE(ws.exact_stream(), ws.stream_tokens() - exact_tail);
+      QCOMPARE(ws.exact_slot(), ws.tokens() - exact_tail);
+      QVERIFY(!ws.cache().key_valid(0).defined());
+    };
+    int64_t round = 0;
+    for (const int64_t tail : {8, 5, 0, 6}) {
+      const KeepPlan plan = plan_of(ws.tokens(), tail, round++);
+      for (int64_t l = 0; l < layers; ++l) {
+        for (int64_t h = 0; h < heads; ++h) {
+          std::vector<int64_t> next;
+          for (int64_t slot : plan.per_head[static_cast<size_t>(l)][static_cast<size_t>(h)])
+            next.push_back(want[l][h][static_cast<size_t>(slot)]);
+          want[l][h] = next;
+        }
+      }
+      ws.apply(plan, d.rope().inverse_frequencies());
+      check(tail);
+      // Fresh tokens extend the map verbatim and the exact tail with it.
+      const int64_t before = ws.stream_tokens();
+      feed(d, ws, test::token_ids(7, 5 + round));
+      for (auto& layer : want)
+        for (auto& head : layer)
+          for (int64_t j = 0; j < 7; ++j)
+            head.push_back(before + j);
+      check(tail + 7);
+    }
+    // The last exact tail truncates; the compacted slots do not.
+    QVERIFY(ws.truncate(ws.stream_tokens() - 3));
+    QVERIFY(!ws.truncate(ws.exact_stream() - 1));
+  }
+
   // Empty slots hold no token for attention_share() and a later plan; truncate() still cuts the
   // verbatim tail, which sits at the same slots in every head.
   void emptySlotsHoldNoToken() {

@@ -136,6 +136,10 @@ class KvWorkingSet {
  private:
   KvRun copy_tail(int64_t from_stream) const;
   void set_slot_map(const at::Tensor& map);  // [L, H, tokens()] int64 CPU
+  // The slot map after a plan that pads no slot over slots that all hold a token: each kept slot's
+  // stream index read through `index` [L, H, n] (CPU int64) from the map before it, written once
+  // (set_slot_map(slot_stream().gather(2, index)) made three passes over [L, H, n]).
+  void compose_slot_map(const at::Tensor& index);
 
   std::unique_ptr<KvCache> owned_;
   KvCache& cache_;

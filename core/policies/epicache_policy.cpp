@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
 #include "core/policies/keep_plan_index.h"
 #include "core/runtime/attention.h"
+#include "gpu/device_info.h"
+#include "gpu/device_timeline.h"
 
 namespace engram {
 
@@ -227,23 +230,34 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   }
   bool short_list = false;  // some head keeps fewer than its share (empty slots)
   if (!picked.empty()) {
-    const at::Tensor all = (picked.size() == 1 ? picked[0] : at::cat(picked)).to(at::kCPU);
+    // Through page-locked memory: a pageable copy stages the 14.7 MB of a 3B shrink twice.
+    const at::Tensor on_device = picked.size() == 1 ? picked[0] : at::cat(picked);
+    at::Tensor all = on_device;
+    if (on_device.is_cuda()) {
+      all = gpu::empty_pinned(on_device.sizes(), at::kLong);
+      all.copy_(on_device, /*non_blocking=*/true);
+      gpu::synchronize(on_device.device());
+    }
     const int64_t* slot = all.data_ptr<int64_t>();
     for (int64_t l = 0; l < ws.layers; ++l) {
       plan.per_head[l].resize(ws.kv_heads);
       for (int64_t h = 0; h < ws.kv_heads; ++h, slot += choose[l]) {
+        // Ascending, the empty slots (marked ws.tokens) last: the picks are a prefix, then the
+        // tail.
+        const int64_t picks = std::lower_bound(slot, slot + choose[l], ws.tokens) - slot;
         std::vector<int64_t>& list = plan.per_head[l][h];
-        list.reserve(static_cast<size_t>(choose[l] + ws.tokens - older[l]));
-        for (int64_t i = 0; i < choose[l] && slot[i] < ws.tokens; ++i)
-          list.push_back(slot[i]);
-        short_list = short_list || static_cast<int64_t>(list.size()) < choose[l];
+        list.resize(static_cast<size_t>(picks + ws.tokens - older[l]));
+        std::copy(slot, slot + picks, list.begin());
+        std::iota(list.begin() + picks, list.end(), older[l]);
+        short_list = short_list || picks < choose[l];
       }
     }
-  }
-  for (int64_t l = 0; l < ws.layers; ++l) {
-    for (auto& list : plan.per_head[l]) {
-      for (int64_t j = older[l]; j < ws.tokens; ++j)
-        list.push_back(j);
+  } else {
+    for (int64_t l = 0; l < ws.layers; ++l) {
+      for (auto& list : plan.per_head[l]) {
+        for (int64_t j = older[l]; j < ws.tokens; ++j)
+          list.push_back(j);
+      }
     }
   }
   // The scores follow their slots (kept slot j is now slot j; a shorter list fills the last of
