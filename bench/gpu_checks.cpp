@@ -36,7 +36,6 @@
 #include "gpu/device_timeline.h"
 #include "gpu/exact_pinned.h"
 #include "gpu/key_kmeans.h"
-#include "gpu/kv_compaction.h"
 #include "gpu/louiskv_scoring.h"
 #include "gpu/page_gather.h"
 #include "gpu/rms_norm.h"
@@ -1298,90 +1297,6 @@ nlohmann::json check_cached_attention_max(bool& ok) {
   return out;
 }
 
-// A keep plan applied to every layer in one kernel (gpu::compact_kv_, in place) against the
-// per-layer torch path it replaces (compact_kv_reference_) on copies of the same caches:
-// ascending random plans that keep the tail, 3 dtypes, head dims 64 and 128; then the time of
-// both on the 3B shape's working set (28 layers, 8 KV heads, 10,240 -> 8,192 slots).
-nlohmann::json check_compact_kv(bool& ok) {
-  nlohmann::json out;
-  nlohmann::json rows = nlohmann::json::array();
-  const at::Device cuda(at::kCUDA, 0);
-  const auto make = [&](int64_t layers, int64_t heads, int64_t before, int64_t n, int64_t d,
-                        at::ScalarType dtype, uint64_t seed) {
-    at::manual_seed(seed);
-    std::vector<at::Tensor> k, v;
-    for (int64_t l = 0; l < layers; ++l) {
-      k.push_back(at::randn({heads, before + 7, d}).to(dtype).to(cuda).narrow(1, 0, before));
-      v.push_back(at::randn({heads, before + 7, d}).to(dtype).to(cuda).narrow(1, 0, before));
-    }
-    // Ascending plans: n - 16 of the older slots at random, then the last 16.
-    const at::Tensor picks =
-        std::get<0>(std::get<1>(at::rand({layers, heads, before - 16}).topk(n - 16, 2)).sort(2));
-    const at::Tensor tail =
-        at::arange(before - 16, before, at::kLong).view({1, 1, 16}).expand({layers, heads, 16});
-    const at::Tensor index = at::cat({picks, tail}, 2).to(cuda);
-    const at::Tensor positions = (at::arange(before, at::kLong) * 3 + 5).to(cuda);
-    return std::make_tuple(k, v, index, positions);
-  };
-  struct Case {
-    int64_t layers, heads, before, n, d;
-    at::ScalarType dtype;
-  };
-  for (const Case& c :
-       {Case{3, 2, 300, 200, 128, at::kBFloat16}, Case{2, 4, 1000, 700, 64, at::kHalf},
-        Case{4, 8, 2100, 2000, 128, at::kFloat}, Case{2, 2, 130, 16, 128, at::kBFloat16}}) {
-    auto [k, v, index, positions] = make(c.layers, c.heads, c.before, c.n, c.d, c.dtype, c.before);
-    const at::Tensor inv =
-        (1.0 / at::pow(500000.0, at::arange(0, c.d, 2).to(at::kFloat) / c.d)).to(cuda);
-    std::vector<at::Tensor> k2, v2;
-    for (size_t l = 0; l < k.size(); ++l) {
-      k2.push_back(k[l].clone());
-      v2.push_back(v[l].clone());
-    }
-    gpu::compact_kv_(k, v, index, positions, inv, /*in_place=*/true);
-    gpu::compact_kv_reference_(k2, v2, index, positions, inv);
-    double err = 0;
-    bool equal = true;
-    for (size_t l = 0; l < k.size(); ++l) {
-      const at::Tensor a = k[l].narrow(1, 0, c.n), b = k2[l].narrow(1, 0, c.n);
-      err = std::max(err, (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>());
-      equal =
-          equal && at::equal(a, b) && at::equal(v[l].narrow(1, 0, c.n), v2[l].narrow(1, 0, c.n));
-    }
-    const bool pass = equal;
-    ok = ok && pass;
-    std::fprintf(
-        stderr,
-        "%s compact_kv %s [%lld layers, %lld heads, %lld -> %lld, d %lld]: %s (max abs %.3g)\n",
-        pass ? "PASS" : "FAIL", c10::toString(c.dtype), static_cast<long long>(c.layers),
-        static_cast<long long>(c.heads), static_cast<long long>(c.before),
-        static_cast<long long>(c.n), static_cast<long long>(c.d), equal ? "bit-equal" : "differs",
-        err);
-    rows.push_back({{"dtype", c10::toString(c.dtype)},
-                    {"layers", c.layers},
-                    {"heads", c.heads},
-                    {"before", c.before},
-                    {"kept", c.n},
-                    {"head_dim", c.d},
-                    {"bit_equal", equal},
-                    {"max_abs_error", err}});
-  }
-  out["checks"] = rows;
-  auto [k, v, index, positions] = make(28, 8, 10240, 8192, 128, at::kBFloat16, 7);
-  const at::Tensor inv =
-      (1.0 / at::pow(500000.0, at::arange(0, 128, 2).to(at::kFloat) / 128)).to(cuda);
-  const double kernel = mean_device_us(
-      cuda, 2, 10, [&](int) { gpu::compact_kv_(k, v, index, positions, inv, true); });
-  const double torch_ops = mean_device_us(
-      cuda, 2, 10, [&](int) { gpu::compact_kv_reference_(k, v, index, positions, inv); });
-  std::fprintf(stderr,
-               "TIME compact_kv 3B working set (28 x 8 x 10240 -> 8192, bf16): kernel %.1f us, "
-               "per-layer torch ops %.1f us\n",
-               kernel, torch_ops);
-  out["timing_3b_us"] = {{"kernel", kernel}, {"torch_ops", torch_ops}};
-  return out;
-}
-
 // The paged pool's pinned slab (gpu::exact_pinned): page-locked (is_pinned, an asynchronous
 // round trip through the device returns the same bytes, kernels read it in place through
 // device_view_of_pinned), then the time to lock an episode pool's 4.8 GB against PyTorch's
@@ -1804,7 +1719,6 @@ int main(int argc, char** argv) {
   if (only == "patch_and_pinned") {
     out["cached_attention_max"] = check_cached_attention_max(ok);
     out["exact_pinned"] = check_exact_pinned(ok);
-    out["compact_kv"] = check_compact_kv(ok);
     return finish();
   }
   if (only == "attention_runs") {
@@ -1848,6 +1762,5 @@ int main(int argc, char** argv) {
   guarded("cached_attention_max", "cached attention max",
           [&] { return check_cached_attention_max(ok); });
   guarded("exact_pinned", "exact pinned", [&] { return check_exact_pinned(ok); });
-  guarded("compact_kv", "compact kv", [&] { return check_compact_kv(ok); });
   return finish();
 }

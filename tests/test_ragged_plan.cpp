@@ -16,7 +16,6 @@
 #include "core/kv/working_set.h"
 #include "core/policies/epicache_policy.h"
 #include "core/policies/full_policy.h"
-#include "core/policies/keep_plan_index.h"
 #include "core/policies/policy_registry.h"
 #include "core/runtime/decoder_layer.h"
 #include "core/runtime/static_decode_step.h"
@@ -281,8 +280,6 @@ class RaggedPlanTest : public QObject {
           want[l][h] = next;
         }
       }
-      // Ascending lists that pad nothing read every slot at or after its own: in place on CUDA.
-      QVERIFY(per_head_plan_index(plan, layers, heads).in_place);
       ws.apply(plan, d.rope().inverse_frequencies());
       check(tail);
       // Fresh tokens extend the map verbatim and the exact tail with it.
@@ -294,8 +291,6 @@ class RaggedPlanTest : public QObject {
             head.push_back(before + j);
       check(tail + 7);
     }
-    // A ragged plan's padding reads slot 0 from later slots: not in place.
-    QVERIFY(!per_head_plan_index(ragged_plan(layers, heads, ws.tokens()), layers, heads).in_place);
     // The last exact tail truncates; the compacted slots do not.
     QVERIFY(ws.truncate(ws.stream_tokens() - 3));
     QVERIFY(!ws.truncate(ws.exact_stream() - 1));

@@ -7,7 +7,6 @@
 #include <string>
 
 #include "core/policies/keep_plan_index.h"
-#include "gpu/kv_compaction.h"
 #include "gpu/rope_rotate.h"
 
 namespace engram {
@@ -237,7 +236,6 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   at::Tensor index;
   at::Tensor padded;  // [L, H, n] bool, true on padding slots; undefined when none
   int64_t lowest = 0, highest = 0;
-  bool in_place = false;  // every kept slot read at or after its own (PlanIndex::in_place)
   if (!per_head) {
     index = at::tensor(plan.shared, host_long).view({1, 1, n}).expand({s.layers, s.kv_heads, n});
     if (n > 0) {
@@ -247,7 +245,6 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
     }
   } else {
     PlanIndex p = per_head_plan_index(plan, s.layers, s.kv_heads, cache_.device().is_cuda());
-    in_place = p.in_place;
     index = std::move(p.index);
     if (p.ragged) padded = std::move(p.padding);
     lowest = p.lowest;
@@ -280,25 +277,33 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   // waiting for it (a pageable copy synchronizes the stream first).
   const at::Tensor index_dev =
       per_head ? index.to(cache_.device(), /*non_blocking=*/true) : at::Tensor();
-  if (per_head) {
-    // Every layer at once (on CUDA one kernel for K and V of all layers, in place when the plan
-    // reads no slot before its own).
-    std::vector<at::Tensor> keys, values;
-    for (int64_t l = 0; l < s.layers; ++l) {
-      keys.push_back(cache_.keys(l)[0]);  // [H, before, d] view of the storage
-      values.push_back(cache_.values(l)[0]);
-    }
-    gpu::compact_kv_(keys, values, index_dev, old_positions_dev, freq, in_place);
-  }
-  for (int64_t l = 0; l < s.layers && !per_head; ++l) {
+  const at::Tensor target_dev =
+      per_head ? at::arange(n, at::TensorOptions(at::kLong).device(cache_.device())) : at::Tensor();
+  for (int64_t l = 0; l < s.layers; ++l) {
     at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
     at::Tensor values = cache_.values(l)[0];
-    const at::Tensor idx_host = index[l][0];  // [n]
-    const at::Tensor idx = idx_host.to(cache_.device());
-    at::Tensor kept_k = keys.index_select(1, idx);
-    const at::Tensor kept_v = values.index_select(1, idx);
-    const at::Tensor deltas = (target - old_positions.index_select(0, idx_host)).to(freq.device());
-    gpu::rope_rotate_(kept_k, deltas, freq);
+    at::Tensor kept_k, kept_v;
+    if (!per_head) {
+      const at::Tensor idx_host = index[l][0];  // [n]
+      const at::Tensor idx = idx_host.to(cache_.device());
+      kept_k = keys.index_select(1, idx);
+      kept_v = values.index_select(1, idx);
+      const at::Tensor deltas =
+          (target - old_positions.index_select(0, idx_host)).to(freq.device());
+      gpu::rope_rotate_(kept_k, deltas, freq);
+    } else {
+      const at::Tensor idx = index_dev[l];  // [H, n]
+      const at::Tensor gather_idx = idx.unsqueeze(-1).expand({s.kv_heads, n, s.head_dim});
+      kept_k = keys.gather(1, gather_idx).contiguous();
+      kept_v = values.gather(1, gather_idx);
+      // Every head's rows at once: [H·n, d] with one delta per row.
+      at::Tensor rows = kept_k.view({s.kv_heads * n, s.head_dim});
+      const at::Tensor deltas =
+          (target_dev.unsqueeze(0) -
+           old_positions_dev.index_select(0, idx.reshape({-1})).view({s.kv_heads, n}))
+              .reshape({-1});
+      gpu::rope_rotate_(rows, deltas, freq);
+    }
     keys.narrow(1, 0, n).copy_(kept_k);
     values.narrow(1, 0, n).copy_(kept_v);
   }

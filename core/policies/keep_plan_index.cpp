@@ -27,7 +27,6 @@ PlanIndex per_head_plan_index(const KeepPlan& plan, int64_t layers, int64_t kv_h
   const int64_t rows = layers * kv_heads;
   std::vector<int64_t> lowest(static_cast<size_t>(rows), std::numeric_limits<int64_t>::max());
   std::vector<int64_t> highest(static_cast<size_t>(rows), -1);
-  std::vector<char> in_place(static_cast<size_t>(rows), 1);
   at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const auto& head =
@@ -42,8 +41,6 @@ PlanIndex per_head_plan_index(const KeepPlan& plan, int64_t layers, int64_t kv_h
         lowest[static_cast<size_t>(r)] = *lo;
         highest[static_cast<size_t>(r)] = *hi;
       }
-      for (int64_t j = 0; j < n && in_place[static_cast<size_t>(r)]; ++j)
-        in_place[static_cast<size_t>(r)] = slot[j] >= j;
     }
   });
   out.lowest = std::numeric_limits<int64_t>::max();
@@ -54,7 +51,6 @@ PlanIndex per_head_plan_index(const KeepPlan& plan, int64_t layers, int64_t kv_h
     out.ragged = out.ragged || static_cast<int64_t>(head.size()) < n;
     out.lowest = std::min(out.lowest, lowest[static_cast<size_t>(r)]);
     out.highest = std::max(out.highest, highest[static_cast<size_t>(r)]);
-    out.in_place = out.in_place && in_place[static_cast<size_t>(r)] != 0;
   }
   if (out.highest < 0) out.lowest = 0;
   return out;

@@ -18,9 +18,6 @@ struct PlanIndex {
   bool ragged = false;  // some list is shorter than n
   int64_t lowest = 0;   // smallest and largest slot named (for validation; 0 and -1 when none)
   int64_t highest = -1;
-  // Every index entry at or after its slot (index[l][h][j] >= j): the plan can be applied in place
-  // (gpu::compact_kv_'s kernel). True of an ascending plan that pads nothing.
-  bool in_place = true;
 };
 
 // Throws std::invalid_argument when the plan has not `layers` x `kv_heads` lists. `pinned`: the
