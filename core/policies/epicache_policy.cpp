@@ -1,7 +1,5 @@
 #include "core/policies/epicache_policy.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -240,29 +238,20 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
       all.copy_(on_device, /*non_blocking=*/true);
       gpu::synchronize(on_device.device());
     }
-    // Row (l, h) starts after the rows of the layers before it (their choices may differ).
-    std::vector<int64_t> first(ws.layers + 1, 0);
+    const int64_t* slot = all.data_ptr<int64_t>();
     for (int64_t l = 0; l < ws.layers; ++l) {
-      first[l + 1] = first[l] + choose[l] * ws.kv_heads;
       plan.per_head[l].resize(ws.kv_heads);
-    }
-    const int64_t* slots = all.data_ptr<int64_t>();
-    std::vector<char> short_row(static_cast<size_t>(ws.layers * ws.kv_heads), 0);
-    // The rows on the intra-op threads: the GPU waits for this host work.
-    at::parallel_for(0, ws.layers * ws.kv_heads, 8, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t l = r / ws.kv_heads, h = r % ws.kv_heads;
-        const int64_t* slot = slots + first[l] + h * choose[l];
-        // Ascending, the empty slots (marked ws.tokens) last: the picks, then the tail.
+      for (int64_t h = 0; h < ws.kv_heads; ++h, slot += choose[l]) {
+        // Ascending, the empty slots (marked ws.tokens) last: the picks are a prefix, then the
+        // tail.
         const int64_t picks = std::lower_bound(slot, slot + choose[l], ws.tokens) - slot;
         std::vector<int64_t>& list = plan.per_head[l][h];
         list.resize(static_cast<size_t>(picks + ws.tokens - older[l]));
         std::copy(slot, slot + picks, list.begin());
         std::iota(list.begin() + picks, list.end(), older[l]);
-        short_row[static_cast<size_t>(r)] = picks < choose[l];
+        short_list = short_list || picks < choose[l];
       }
-    });
-    short_list = std::any_of(short_row.begin(), short_row.end(), [](char c) { return c != 0; });
+    }
   } else {
     for (int64_t l = 0; l < ws.layers; ++l) {
       for (auto& list : plan.per_head[l]) {
