@@ -242,8 +242,7 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
     for (int64_t l = 0; l < ws.layers; ++l) {
       plan.per_head[l].resize(ws.kv_heads);
       for (int64_t h = 0; h < ws.kv_heads; ++h, slot += choose[l]) {
-        // Ascending, the empty slots (marked ws.tokens) last: the picks are a prefix, then the
-        // tail.
+        // Ascending with the empty slots (marked ws.tokens) last: the picks, then the tail.
         const int64_t picks = std::lower_bound(slot, slot + choose[l], ws.tokens) - slot;
         std::vector<int64_t>& list = plan.per_head[l][h];
         list.resize(static_cast<size_t>(picks + ws.tokens - older[l]));
