@@ -6,16 +6,28 @@
 # From the repository root with .device/ carried:
 #   ENGRAM_COMMIT=<sha> OUT=$OUT bash bench/results/2026-11-27-h100-epicache-pinned-and-patch-gemm/run.sh main
 #   ENGRAM_COMMIT=<sha> OUT=$OUT bash bench/results/2026-11-27-h100-epicache-pinned-and-patch-gemm/run.sh peers
+#   ENGRAM_COMMIT=<sha> OUT=$OUT bash bench/results/2026-11-27-h100-epicache-pinned-and-patch-gemm/run.sh final
 set -uo pipefail
 SECONDS=0
 B=/tmp/engram-build
 HERE=bench/results/2026-11-27-h100-epicache-lexical-routing
-case ${1:?main or peers} in
+case ${1:?main, peers or final} in
 main)
   OUT=$OUT STEPS=${STEPS:-60-72} bash bench/results/2026-11-27-h100-epicache-steps-and-hf-peer/run.sh profile
   mkdir -p $OUT/lexical
   OUT=$OUT/lexical SHAPE=llama3.2-3b DECODE=96 METHODS="epicache-prepared:${LEXICAL_S:-300}" \
     EXTRA="--policy epicache:embed=1" bash bench/run_device_epicache.sh turns 2>&1 | tail -3
+  ;;
+final)
+  # engram-cli only (the GPU checks ran at every earlier call; the change since is host code), then
+  # epicache:embed=1 and prefix caching on the same machine.
+  (bash bench/run_device_epicache.sh build | tail -1)
+  echo "built at ${SECONDS}s"
+  mkdir -p $OUT/lexical $OUT/model
+  OUT=$OUT/lexical SHAPE=llama3.2-3b DECODE=96 METHODS="epicache-prepared:${LEXICAL_S:-220}" \
+    EXTRA="--policy epicache:embed=1" bash bench/run_device_epicache.sh turns 2>&1 | tail -2
+  OUT=$OUT/model SHAPE=llama3.2-3b DECODE=96 METHODS="prefix:250" \
+    bash bench/run_device_epicache.sh turns 2>&1 | tail -2
   ;;
 peers)
   mkdir -p $OUT/model
