@@ -2,7 +2,6 @@
 // query to the nearest centroid; the runner's patched-prompt block prefill never keeps the
 // patch's KV and stays under budget + block + |patch|; with a budget above the history the policy
 // equals full KV; its scores equal Eq. 3 computed by hand from the layer's queries and keys.
-#include <ATen/Parallel.h>
 #include <QtTest>
 
 #include <cmath>
@@ -123,35 +122,6 @@ class EpiCacheTest : public QObject {
     const EpisodeClustering again = cluster_episodes(x, o);
     QCOMPARE(again.assignment, c.assignment);
     QCOMPARE(again.medoids, c.medoids);
-  }
-
-  // The windows' distances and the centres' sums run on the intra-op threads: the clustering is
-  // the same bit for bit on one thread and on several (each window writes its own results; the
-  // sums over windows stay in window order). 700 windows of 600 dimensions: several blocks of
-  // dimensions and several windows a thread.
-  void clusteringIsTheSameOnAnyNumberOfThreads() {
-    at::manual_seed(11);
-    const at::Tensor t = at::randn({700, 600}) + at::randn({5, 600}).repeat({140, 1}) * 2;
-    std::vector<Embedding> x(700);
-    for (int64_t i = 0; i < 700; ++i)
-      x[static_cast<size_t>(i)].assign(t[i].data_ptr<float>(), t[i].data_ptr<float>() + 600);
-    ClusteringOptions o;
-    o.episodes = 5;
-    const int threads = at::get_num_threads();
-    at::set_num_threads(1);
-    const EpisodeClustering one = cluster_episodes(x, o);
-    const EpisodeClustering refined_one = refine_episodes(x, one.centroids, 20);
-    at::set_num_threads(std::max(2, threads));
-    const EpisodeClustering many = cluster_episodes(x, o);
-    const EpisodeClustering refined_many = refine_episodes(x, one.centroids, 20);
-    at::set_num_threads(threads);
-    QCOMPARE(many.assignment, one.assignment);
-    QCOMPARE(many.medoids, one.medoids);
-    QCOMPARE(many.centroids, one.centroids);  // float vectors compared element for element
-    QCOMPARE(many.inertia, one.inertia);
-    QCOMPARE(refined_many.assignment, refined_one.assignment);
-    QCOMPARE(refined_many.centroids, refined_one.centroids);
-    QCOMPARE(one.episodes(), int64_t{5});
   }
 
   void moreEpisodesThanWindowsAreDropped() {

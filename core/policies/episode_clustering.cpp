@@ -1,8 +1,5 @@
 #include "core/policies/episode_clustering.h"
 
-#include <ATen/Parallel.h>
-
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -31,16 +28,6 @@ double lane_sum(size_t n, const Term& term) {
   return sum;
 }
 
-// fn(i) for i in [0, n) on the intra-op threads. Each i writes only its own results, so the
-// clustering is the same on any number of threads (the sums over windows stay in window order).
-template <class Fn>
-void in_parallel(size_t n, const Fn& fn) {
-  at::parallel_for(0, static_cast<int64_t>(n), 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i)
-      fn(static_cast<size_t>(i));
-  });
-}
-
 double squared_distance(const Embedding& a, const Embedding& b) {
   return lane_sum(a.size(), [&](size_t i) {
     const double x = static_cast<double>(a[i]) - b[i];
@@ -56,12 +43,11 @@ std::vector<Embedding> seed_centres(const std::vector<Embedding>& x, size_t k,
   centres.push_back(x[std::uniform_int_distribution<size_t>(0, x.size() - 1)(rng)]);
   std::vector<double> nearest(x.size(), std::numeric_limits<double>::infinity());
   while (centres.size() < k) {
-    const Embedding& last = centres.back();
-    in_parallel(x.size(),
-                [&](size_t i) { nearest[i] = std::min(nearest[i], squared_distance(x[i], last)); });
     double total = 0;
-    for (size_t i = 0; i < x.size(); ++i)
+    for (size_t i = 0; i < x.size(); ++i) {
+      nearest[i] = std::min(nearest[i], squared_distance(x[i], centres.back()));
       total += nearest[i];
+    }
     if (total <= 0) break;  // every window coincides with a centre: fewer distinct points than k
     double r = std::uniform_real_distribution<double>(0, total)(rng);
     size_t pick = x.size() - 1;
@@ -84,43 +70,31 @@ double lloyd(const std::vector<Embedding>& x, std::vector<Embedding>& centres,
   const size_t dim = x.front().size();
   assignment.assign(x.size(), -1);
   double inertia = 0;
-  std::vector<int32_t> best(x.size());
-  std::vector<double> best_d(x.size());
   for (int32_t it = 0; it < iterations; ++it) {
-    in_parallel(x.size(), [&](size_t i) {
-      best[i] = 0;
-      best_d[i] = std::numeric_limits<double>::infinity();
-      for (size_t c = 0; c < centres.size(); ++c) {
-        const double d = squared_distance(x[i], centres[c]);
-        if (d < best_d[i]) {
-          best_d[i] = d;
-          best[i] = static_cast<int32_t>(c);
-        }
-      }
-    });
     bool changed = false;
     inertia = 0;
-    for (size_t i = 0; i < x.size(); ++i) {  // in window order: the same sum on any thread count
-      changed |= assignment[i] != best[i];
-      assignment[i] = best[i];
-      inertia += best_d[i];
+    for (size_t i = 0; i < x.size(); ++i) {
+      int32_t best = 0;
+      double best_d = std::numeric_limits<double>::infinity();
+      for (size_t c = 0; c < centres.size(); ++c) {
+        const double d = squared_distance(x[i], centres[c]);
+        if (d < best_d) {
+          best_d = d;
+          best = static_cast<int32_t>(c);
+        }
+      }
+      changed |= assignment[i] != best;
+      assignment[i] = best;
+      inertia += best_d;
     }
     if (!changed && it > 0) break;
     std::vector<Embedding> sums(centres.size(), Embedding(dim, 0.0f));
     std::vector<size_t> counts(centres.size(), 0);
-    for (size_t i = 0; i < x.size(); ++i)
+    for (size_t i = 0; i < x.size(); ++i) {
       ++counts[assignment[i]];
-    // Blocks of dimensions on the threads, each summing the windows in order: every element is
-    // added in the same order as one thread would.
-    constexpr size_t kBlock = 256;
-    in_parallel((dim + kBlock - 1) / kBlock, [&](size_t b) {
-      const size_t end = std::min(dim, (b + 1) * kBlock);
-      for (size_t i = 0; i < x.size(); ++i) {
-        Embedding& sum = sums[assignment[i]];
-        for (size_t j = b * kBlock; j < end; ++j)
-          sum[j] += x[i][j];
-      }
-    });
+      for (size_t j = 0; j < dim; ++j)
+        sums[assignment[i]][j] += x[i][j];
+    }
     for (size_t c = 0; c < centres.size(); ++c) {
       if (counts[c] == 0) continue;  // an empty cluster keeps its centre (dropped at the end)
       for (size_t j = 0; j < dim; ++j)
