@@ -14,6 +14,7 @@
 
 #include "app/cli/cli_args.h"
 #include "app/cli/commands.h"
+#include "core/runtime/cpu_threads.h"
 #include "core/runtime/host_memory.h"
 
 namespace {
@@ -153,6 +154,7 @@ void usage() {
 int main(int argc, char** argv) {
   install_crash_report();
   engram::keep_freed_host_memory();
+  engram::use_cpu_threads();
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage();
     return argc < 2 ? 2 : 0;

@@ -2,12 +2,14 @@
 #include <QCommandLineParser>
 #include <memory>
 
+#include "core/runtime/cpu_threads.h"
 #include "core/runtime/host_memory.h"
 #include "ui/demo_script.h"
 #include "ui/main_window.h"
 
 int main(int argc, char** argv) {
   engram::keep_freed_host_memory();
+  engram::use_cpu_threads();
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("Engram"));
   QApplication::setOrganizationName(QStringLiteral("Engram"));
