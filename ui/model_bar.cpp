@@ -190,12 +190,12 @@ void ModelBar::policy_edited() {
   MemoryPolicyChoice next;
   // The same policy takes the options shown ("streaming:sinks=8"); another one starts from its
   // defaults.
-  const std::string options = options_->text().trimmed().toStdString();
   if (policy_name(policy_.spec) != name) {
     const QSignalBlocker block(options_);
     options_->clear();
     next.spec = name;
   } else {
+    const std::string options = options_->text().trimmed().toStdString();
     next.spec = options.empty() ? name : name + ":" + options;
   }
   const bool takes_budget = bounded(index);

@@ -14,6 +14,20 @@ at::Tensor stream_range(int64_t begin, int64_t n) {
   return at::arange(begin, begin + n, at::TensorOptions().dtype(at::kLong));
 }
 
+// The longest suffix of n slots that is the stream's own tail (ending at `stream_end`) in every
+// one of `rows` (layer, head) rows: it stays truncatable; the slots before it are what plans
+// kept. stream_of(r, j): the stream index slot j of row r holds.
+template <class StreamOf>
+int64_t exact_suffix(int64_t rows, int64_t n, int64_t stream_end, const StreamOf& stream_of) {
+  int64_t suffix = 0;
+  for (bool same = true; suffix < n && same;) {
+    for (int64_t r = 0; r < rows && same; ++r)
+      same = stream_of(r, n - 1 - suffix) == stream_end - 1 - suffix;
+    if (same) ++suffix;
+  }
+  return suffix;
+}
+
 }  // namespace
 
 KvWorkingSet::KvWorkingSet(KvCacheShape shape, int64_t capacity, at::ScalarType dtype,
@@ -327,8 +341,6 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
 }
 
 void KvWorkingSet::set_slot_map(const at::Tensor& map_in) {
-  // The longest suffix that is the stream's own tail in every (layer, head) stays truncatable;
-  // the slots before it are what plans kept.
   const at::Tensor map = map_in.contiguous();
   const int64_t n = map.size(2);
   if (n == 0) {
@@ -339,14 +351,8 @@ void KvWorkingSet::set_slot_map(const at::Tensor& map_in) {
   }
   const at::Tensor flat = map.view({-1, n});
   const auto acc = flat.accessor<int64_t, 2>();
-  int64_t suffix = 0;
-  while (suffix < n) {
-    bool same = true;
-    for (int64_t r = 0; r < flat.size(0) && same; ++r)
-      same = acc[r][n - 1 - suffix] == stream_end_ - 1 - suffix;
-    if (!same) break;
-    ++suffix;
-  }
+  const int64_t suffix =
+      exact_suffix(flat.size(0), n, stream_end_, [&](int64_t r, int64_t j) { return acc[r][j]; });
   exact_slot_ = n - suffix;
   exact_stream_ = stream_end_ - suffix;
   compacted_ = exact_slot_ > 0 ? map.narrow(2, 0, exact_slot_).contiguous() : at::Tensor();
@@ -363,13 +369,8 @@ void KvWorkingSet::compose_slot_map(const at::Tensor& index_in) {
   const auto stream_of = [&](int64_t r, int64_t s) {
     return s < old_exact ? held[r * old_exact + s] : old_stream + (s - old_exact);
   };
-  // The longest suffix that is the stream's own tail in every (layer, head) stays truncatable.
-  int64_t suffix = 0;
-  for (bool same = true; suffix < n && same;) {
-    for (int64_t r = 0; r < rows && same; ++r)
-      same = stream_of(r, idx[r * n + n - 1 - suffix]) == stream_end_ - 1 - suffix;
-    if (same) ++suffix;
-  }
+  const int64_t suffix = exact_suffix(
+      rows, n, stream_end_, [&](int64_t r, int64_t j) { return stream_of(r, idx[r * n + j]); });
   exact_slot_ = n - suffix;
   exact_stream_ = stream_end_ - suffix;
   if (exact_slot_ == 0) {
