@@ -4,14 +4,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <stdexcept>
-#include <utility>
 
 #include "gpu/decode_attention.h"
 #include "gpu/dependent_launch.cuh"
-#include "gpu/env_flag.h"
 #include "gpu/float_convert.cuh"
 
 namespace engram::gpu {
@@ -37,8 +33,7 @@ struct Params {
   float scale;
   float* part_acc;  // [R·Hkv, splits, g, d]: Σ exp(s - m) · v over the block's slots
   float* part_ml;   // [R·Hkv, splits, g, 2]: the block's max score m and Σ exp(s - m)
-  int* arrivals;  // [R·Hkv]: the one-launch path's blocks done per (row, head); 0 between launches
-  void* out;      // [R, Hq, d]
+  void* out;        // [R, Hq, d]
 };
 
 __device__ inline void load_vec(const float* p, float* o) {
@@ -78,120 +73,6 @@ constexpr size_t partial_smem_bytes() {
   return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + 2 * C;
 }
 
-// The one-launch combine's scratch over the tiles: a float4 per thread, then each split's weights.
-constexpr size_t kCombineScratch = kThreads * sizeof(float4);
-template <int G>
-constexpr bool combine_fits(int64_t splits) {
-  return kCombineScratch + splits * G * sizeof(float) <= 2 * kTileBytes;
-}
-
-// One launch: the last of a (row, KV head)'s blocks to write its partial combines them all, as
-// decode_combine_kernel does. Each block's writes are fenced before it counts itself in; the
-// block whose count reaches `splits` resets the counter (every block has arrived: the next launch,
-// or a CUDA graph's next replay, starts from 0), fences, and reads the partials past L1. The
-// weighted sum: each thread a float4 column of [g, d] over the splits (eight loads in flight), or
-// where there are fewer columns than threads, several threads a column, each a share of the splits.
-template <typename T, int D, int G>
-__device__ void combine_if_last(const Params& p, int rh, unsigned char* smem) {
-  __shared__ bool s_last;
-  __shared__ float s_total[G];
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    s_last = atomicAdd(p.arrivals + rh, 1) == p.splits - 1;
-    if (s_last) p.arrivals[rh] = 0;
-  }
-  __syncthreads();
-  if (!s_last) return;
-  __threadfence();
-  const int g = p.g, splits = p.splits;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* ml = p.part_ml + static_cast<int64_t>(rh) * splits * g * 2;
-  const float4* acc =
-      reinterpret_cast<const float4*>(p.part_acc) + static_cast<int64_t>(rh) * splits * g * (D / 4);
-  float4* s_part = reinterpret_cast<float4*>(smem);               // [kThreads]
-  float* s_w = reinterpret_cast<float*>(smem + kCombineScratch);  // [splits][G]: exp(m_s - m)
-  for (int qi = warp; qi < g; qi += kWarps) {
-    float m = -INFINITY;
-    for (int s = lane; s < splits; s += 32)
-      m = fmaxf(m, __ldcg(ml + (s * g + qi) * 2));
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2)
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-    // A split that saw no key has max -inf and sum 0: weight 0 (every split when m = -inf).
-    float l = 0.f;
-    for (int s = lane; s < splits; s += 32) {
-      const float ms = __ldcg(ml + (s * g + qi) * 2), ls = __ldcg(ml + (s * g + qi) * 2 + 1);
-      const float w = m == -INFINITY || !(ls > 0.f) ? 0.f : expf(ms - m);
-      s_w[s * G + qi] = w;
-      l = fmaf(w, ls, l);
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2)
-      l += __shfl_xor_sync(0xffffffffu, l, off);
-    if (lane == 0) s_total[qi] = l;
-  }
-  __syncthreads();
-  const int columns = g * (D / 4);
-  const int width = columns < kThreads ? columns : kThreads;  // columns a pass
-  const int shares = kThreads / width;                        // threads a column
-  const int share = threadIdx.x / width;
-  const auto store = [&](int c, const float4& a) {
-    const int qi = c / (D / 4), dd = c % (D / 4) * 4;
-    const float total = s_total[qi];
-    T* o = static_cast<T*>(p.out) + (static_cast<int64_t>(rh) * g + qi) * D + dd;
-    o[0] = from_f<T>(total > 0.f ? a.x / total : 0.f);
-    o[1] = from_f<T>(total > 0.f ? a.y / total : 0.f);
-    o[2] = from_f<T>(total > 0.f ? a.z / total : 0.f);
-    o[3] = from_f<T>(total > 0.f ? a.w / total : 0.f);
-  };
-  constexpr int kInFlight = 8;
-  if (share < shares) {
-    for (int c = threadIdx.x % width; c < columns; c += width) {
-      const int qi = c / (D / 4);
-      float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-      const auto add = [&](int s, const float4& v) {
-        const float w = s_w[s * G + qi];
-        a.x = fmaf(w, v.x, a.x);
-        a.y = fmaf(w, v.y, a.y);
-        a.z = fmaf(w, v.z, a.z);
-        a.w = fmaf(w, v.w, a.w);
-      };
-      int s = share;
-      for (; s + (kInFlight - 1) * shares < splits; s += kInFlight * shares) {
-        float4 v[kInFlight];
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          v[u] = __ldcg(acc + static_cast<int64_t>(s + u * shares) * columns + c);
-#pragma unroll
-        for (int u = 0; u < kInFlight; ++u)
-          add(s + u * shares, v[u]);
-      }
-      for (; s < splits; s += shares)
-        add(s, __ldcg(acc + static_cast<int64_t>(s) * columns + c));
-      if (shares == 1) {
-        store(c, a);
-      } else {
-        s_part[threadIdx.x] = a;  // one pass: width == columns
-      }
-    }
-  }
-  if (shares > 1) {
-    __syncthreads();
-    if (threadIdx.x < columns) {
-      float4 a = s_part[threadIdx.x];
-      for (int k = 1; k < shares; ++k) {
-        const float4 b = s_part[k * width + threadIdx.x];
-        a.x += b.x;
-        a.y += b.y;
-        a.z += b.z;
-        a.w += b.w;
-      }
-      store(threadIdx.x, a);
-    }
-  }
-}
-
 // One block per (split, row · KV head); split s takes tiles s, s + splits, s + 2·splits, ... of
 // the row's slots up to its newest (interleaved: the capacity past them costs no block its
 // share). A tile's keys and values are copied into shared memory asynchronously (cp.async:
@@ -201,9 +82,8 @@ __device__ void combine_if_last(const Params& p, int rh, unsigned char* smem) {
 // second buffer: four blocks still fit an SM). A key row of d values is read by LPK lanes, 16
 // bytes each; a warp takes KPW keys at a time. The block keeps an online softmax over its tiles
 // (running max and sum per query, the weighted values rescaled when the max grows), as
-// flash-decoding does. kCombine: the block that finishes a (row, head) last also combines its
-// splits (combine_if_last); otherwise decode_combine_kernel does, launched after.
-template <typename T, int D, int G, bool kCombine>
+// flash-decoding does.
+template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPK = D / VEC;
@@ -222,16 +102,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   float* s_scale = s_l + G;                                      // this tile's rescale
   bool* s_seen_buf = reinterpret_cast<bool*>(s_scale + G);       // [2][C]: this tile, the next
   float* s_red = reinterpret_cast<float*>(smem);  // [kWarps][G][D], over the read tiles
-  // Launched dependent (gpu/dependent_launch.cuh): the next kernel (the combine, or the output
-  // projection) may be scheduled now and waits for this one; this one waits for the kernel before
-  // it (q and the newest key and value are its output) before reading anything.
-  allow_dependents();
-  if (threadIdx.x < G) {
-    s_m[threadIdx.x] = -INFINITY;
-    s_l[threadIdx.x] = 0.f;
-    s_scale[threadIdx.x] = 0.f;
-  }
-  wait_for_previous();
+  allow_dependents();  // the combine may be scheduled now; it waits for these partials
 
   const int split = blockIdx.x, rh = blockIdx.y;
   const int row = rh / p.hkv, head = rh % p.hkv, g = p.g;
@@ -270,6 +141,11 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
                                               (p.window <= 0 || f.position > pos - p.window));
     return in_view && f.valid;
   };
+  if (threadIdx.x < G) {
+    s_m[threadIdx.x] = -INFINITY;
+    s_l[threadIdx.x] = 0.f;
+    s_scale[threadIdx.x] = 0.f;
+  }
   // The first tile's copies go out before anything else (two groups: keys, then values).
   int64_t start = static_cast<int64_t>(split) * C;
   if (start < end) copy_tile(k_tile, k_head, start);
@@ -444,7 +320,6 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     ml[2 * threadIdx.x] = s_m[threadIdx.x];
     ml[2 * threadIdx.x + 1] = s_l[threadIdx.x];
   }
-  if constexpr (kCombine) combine_if_last<T, D, G>(p, rh, smem);
 }
 
 // One block per (row · KV head, query head of its group): the splits' partial softmaxes rescaled
@@ -527,33 +402,6 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(Params 
   }
 }
 
-// The one-launch path's arrival counters for the current stream (kernels on one stream run one
-// after another, and a dependent launch waits before it touches them): zeroed once, when first
-// asked for outside a capture, then kept for the process (a recorded graph holds their address;
-// every launch leaves them at 0). Null where a capture asks first (the warm-up run of
-// gpu::DeviceGraph::capture asks outside it, on the capturing stream): the two kernels then.
-constexpr int64_t kMaxArrivals = 16384;  // rows · KV heads
-int* arrival_counters(cudaStream_t stream) {
-  static std::mutex mutex;
-  static auto* counters = new std::map<std::pair<int, cudaStream_t>, at::Tensor>();
-  const int device = c10::cuda::current_device();
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = counters->find({device, stream});
-  if (found != counters->end()) return found->second.data_ptr<int>();
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-  if (capture != cudaStreamCaptureStatusNone) return nullptr;
-  at::Tensor zeros =
-      at::zeros({kMaxArrivals}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, device));
-  return counters->emplace(std::make_pair(device, stream), zeros).first->second.data_ptr<int>();
-}
-
-// ENGRAM_DECODE_ATTENTION_TWO_KERNELS=1: the partials, then decode_combine_kernel (the peer).
-bool two_kernels() {
-  static const bool on = env_flag("ENGRAM_DECODE_ATTENTION_TWO_KERNELS");
-  return on;
-}
-
 template <typename T, int D, int G>
 void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   constexpr int C = chunk_slots<T, D>();
@@ -573,17 +421,9 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const dim3 grid(p.splits, static_cast<unsigned>(rows * p.hkv));
-  if (!two_kernels() && rows * p.hkv <= kMaxArrivals && combine_fits<G>(p.splits)) {
-    p.arrivals = arrival_counters(stream);
-    if (p.arrivals) {
-      C10_CUDA_CHECK(launch_dependent(decode_partial_kernel<T, D, G, true>, grid, dim3(kThreads),
-                                      partial_smem_bytes<T, D, G>(), stream, p));
-      return;
-    }
-  }
-  C10_CUDA_CHECK(launch_dependent(decode_partial_kernel<T, D, G, false>, grid, dim3(kThreads),
-                                  partial_smem_bytes<T, D, G>(), stream, p));
+  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads,
+                                   partial_smem_bytes<T, D, G>(), stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
                                   dim3(static_cast<unsigned>(rows * p.hkv * p.g)),
                                   dim3(kCombineThreads), p.splits * sizeof(float), stream, p));

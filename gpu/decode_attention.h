@@ -1,16 +1,10 @@
 // Attention of one new token per sequence row over a KV cache's slots (the decode step), split
 // over the slots (flash-decoding): about four blocks per SM walk interleaved tiles of 16 KiB of
 // keys (64 slots at bf16, d = 128) with an online softmax, each issuing the next tile's copies
-// while it computes on this one, and each write a partial (max, sum, weighted values). One launch:
-// the last block to finish a (row, KV head) combines its splits' partials (an arrival counter per
-// (row, head) in a small buffer kept per stream, zeroed once and reset by that block, so a CUDA
-// graph's replays start clean; a capture that finds none yet, or
-// ENGRAM_DECODE_ATTENTION_TWO_KERNELS=1, takes the earlier path: a second kernel combines). The
-// kernels are launched dependent (gpu/dependent_launch.cuh): each is scheduled while the kernel
-// before it ends and waits for it before reading anything. Slots past a row's newest one are not
-// read, so a cache recorded with room to grow (a CUDA graph's capacity) costs only what it holds;
-// the torch path (baddbmm, softmax, bmm) read every slot of the capacity at ~1.1-1.6 TB/s on an
-// H100.
+// while it computes on this one, and each write a partial (max, sum, weighted values); a second
+// kernel combines them. Slots past a row's newest one are not read,
+// so a cache recorded with room to grow (a CUDA graph's capacity) costs only what it holds; the
+// torch path (baddbmm, softmax, bmm) read every slot of the capacity at ~1.1-1.6 TB/s on an H100.
 //
 // Shapes: R rows, Hq = g * Hkv query heads, C slots, d = head_dim.
 //   q             [R, Hq, d] after RoPE, f32/bf16/f16
