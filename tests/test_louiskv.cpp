@@ -333,7 +333,10 @@ class LouisKvTest : public QObject {
       const auto expect = teacher_forced(
           decoder, prompt, fed,
           [&](KvCache& cache) {
-            return std::make_unique<RetrievalKvSource>(*per_layer_policy, cache, steps, &cache);
+            auto made =
+                std::make_unique<RetrievalKvSource>(*per_layer_policy, cache, steps, &cache);
+            made->record_map(1);
+            return made;
           },
           &per_layer);
 
@@ -342,6 +345,7 @@ class LouisKvTest : public QObject {
       gpu::DeviceTimeline timeline(decoder.device());
       (void)prefill(decoder, cache, prompt, 0, timeline, nullptr);
       RetrievalKvSource source(*recorded_policy, cache, steps, &cache);
+      source.record_map(1);
       QVERIFY(source.recordable());
       StaticDecodeStep step(decoder, cache);
       // Without a working set to mirror into, the recorded step could not keep the conversation.
@@ -363,10 +367,41 @@ class LouisKvTest : public QObject {
       QCOMPARE(b.offloaded_units, a.offloaded_units);
       QCOMPARE(b.loaded_rows, a.loaded_rows);
       QVERIFY(b.offloaded_units > 0);
-      QCOMPARE(source.events().size(), per_layer->events().size());
-      for (size_t e = 0; e < source.events().size(); ++e) {
-        QCOMPARE(source.events()[e].step, per_layer->events()[e].step);
-        QCOMPARE(source.events()[e].layer, per_layer->events()[e].layer);
+      // Both paths draw the same retrieval map: the same retrievals, rows and units, the same r_t.
+      const RetrievalMap &map_a = *per_layer->map(), &map_b = *source.map();
+      QCOMPARE(map_b.steps, steps);
+      QCOMPARE(map_a.steps, steps);
+      QCOMPARE(map_b.retrievals.size(), map_a.retrievals.size());
+      QCOMPARE(static_cast<int64_t>(map_a.retrievals.size()), a.retrievals);
+      for (size_t e = 0; e < map_a.retrievals.size(); ++e) {
+        const auto &x = map_a.retrievals[e], &y = map_b.retrievals[e];
+        QCOMPARE(y.step, x.step);
+        QCOMPARE(y.layer, x.layer);
+        QCOMPARE(y.rows, x.rows);
+        QCOMPARE(y.units, x.units);
+        QVERIFY(x.units >= map_a.kv_heads);  // every head takes at least one unit
+      }
+      QCOMPARE(map_b.similarity.size(), map_a.similarity.size());
+      for (size_t i = 0; i < map_a.similarity.size(); ++i) {
+        const float x = map_a.similarity[i], y = map_b.similarity[i];
+        QCOMPARE(std::isnan(y), std::isnan(x));
+        if (!std::isnan(x)) QVERIFY(std::abs(x - y) < 1e-4f);
+      }
+      if (kind == 0) {
+        // Adaptive: a layer retrieved exactly at the first step and where r_t fell below τ.
+        QCOMPARE(map_a.tau, 0.1);
+        for (int64_t step = 0; step < steps; ++step) {
+          for (int64_t layer = 1; layer < map_a.layers; ++layer) {
+            const float r = map_a.similarity_at(step, layer);
+            QCOMPARE(std::isnan(r), step == 0);
+            bool retrieved = false;
+            for (const auto& e : map_a.retrievals)
+              retrieved = retrieved || (e.step == step && e.layer == layer);
+            QCOMPARE(retrieved, step == 0 || r < 0.1f);
+          }
+        }
+      } else {
+        QCOMPARE(map_a.tau, -1.0);  // a fixed stride and Quest do not follow r_t
       }
       for (int64_t layer = 1; layer < decoder.config().num_layers; ++layer)
         QVERIFY(source.unit_sizes(layer).equal(per_layer->unit_sizes(layer)));
@@ -425,8 +460,57 @@ class LouisKvTest : public QObject {
     QVERIFY(seen->stats().offloaded_units >= 3);
     QVERIFY(sizes.narrow(1, prompt_units, sizes.size(1) - prompt_units).eq(4).all().item<bool>());
     QCOMPARE(seen->stats().retrievals, int64_t{6});  // steps 0, 4, ..., 20
-    QCOMPARE(seen->events().size(), size_t{6});
-    QCOMPARE(seen->events()[1].step, int64_t{4});
+  }
+
+  // The retrieval map a traced request gets (core/trace/retrieval_map.h): every retrieval at its
+  // step and layer with the rows and units it loaded. A budget that covers the pool loads every
+  // unit there: the prompt's clusters and the segments offloaded by then (one at steps 8, 12, 16
+  // and 20: the 8-token window, split in segments of 4 at each stride-4 retrieval, is full).
+  void retrievalMapRecordsWhatEachRetrievalLoaded() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const auto prompt = test::token_ids(40, 5), fed = test::token_ids(24, 6);
+    LouisKvOptions o;
+    o.stride = 4;
+    LouisKvPolicy policy(o, settings(4, 8, 1000, 1));
+    std::unique_ptr<RetrievalKvSource> seen;
+    (void)teacher_forced(
+        decoder, prompt, fed,
+        [&](KvCache& cache) {
+          auto made = std::make_unique<RetrievalKvSource>(policy, cache, 24, nullptr);
+          made->record_map(5);
+          return made;
+        },
+        &seen);
+    const RetrievalMap& map = *seen->map();
+    QCOMPARE(map.request, int64_t{5});
+    QCOMPARE(map.layers, int64_t{2});
+    QCOMPARE(map.full_layers, int64_t{1});
+    QCOMPARE(map.steps, int64_t{24});
+    QCOMPARE(map.budget, int64_t{1000});
+    QCOMPARE(map.tau, -1.0);
+    QCOMPARE(map.policy, policy.spec());
+    const at::Tensor sizes = seen->unit_sizes(1);  // [H, prompt units + 4 segments]
+    QCOMPARE(map.kv_heads, sizes.size(0));
+    const int64_t prompt_units = (36 + 15) / 16;
+    QCOMPARE(sizes.size(1), prompt_units + 4);
+    QCOMPARE(map.retrievals.size(), size_t{6});
+    for (size_t k = 0; k < map.retrievals.size(); ++k) {
+      const RetrievalMap::Retrieval& r = map.retrievals[k];
+      const int64_t offloaded = std::clamp<int64_t>((r.step - 4) / 4, 0, 4);
+      QCOMPARE(r.step, static_cast<int64_t>(4 * k));
+      QCOMPARE(r.layer, int64_t{1});
+      QCOMPARE(r.rows, 36 + 4 * offloaded);
+      QCOMPARE(r.units, sizes.narrow(1, 0, prompt_units + offloaded).gt(0).sum().item<int64_t>());
+    }
+    for (float s : map.similarity)
+      QVERIFY(std::isnan(s));  // a fixed stride compares no r_t
+    // Written and read back as a trace line, the map is the same.
+    const RetrievalMap back = parse_retrieval_map(to_json_line(map));
+    QCOMPARE(back.retrievals.size(), map.retrievals.size());
+    QCOMPARE(back.retrievals[5].units, map.retrievals[5].units);
+    QCOMPARE(back.similarity.size(), map.similarity.size());
+    QVERIFY(std::isnan(back.similarity[3]));
+    QCOMPARE(back.policy, map.policy);
   }
 
   void registryBuildsAndComposes() {

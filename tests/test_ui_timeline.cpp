@@ -2,8 +2,11 @@
 // interval of each request, one row per layer, and idle gaps that are exactly the parts of the
 // request where its lane ran nothing; a file's requests stay apart from the app's own; the view
 // zooms and pans, its tooltips give durations and bytes; exports write PNG and SVG; OxyGen's
-// frame events get a row per frame.
+// frame events get a row per frame; a LouisKV reply's retrieval map comes with its trace and
+// shows where each layer retrieved and what it loaded.
 #include <QFile>
+#include <QImage>
+#include <QPainter>
 #include <QProcess>
 #include <QPushButton>
 #include <QTemporaryDir>
@@ -12,10 +15,12 @@
 #include <QtTest>
 #include <algorithm>
 
+#include "ui/retrieval_map_view.h"
 #include "ui/timeline_model.h"
 #include "ui/timeline_panel.h"
 
 using engram::LayerInterval;
+using engram::RetrievalMap;
 using engram::TraceLane;
 using engram::ui::RequestTimeline;
 using engram::ui::TimelineModel;
@@ -347,6 +352,177 @@ class UiTimelineTest : public QObject {
     QVERIFY2(copy.contains(QStringLiteral("duration 500.0 µs")), qPrintable(copy));
     const QString idle = view->describe_at(QPoint(x_of(1250), 22 + 5));
     QVERIFY2(idle.contains(QStringLiteral("idle compute lane · 500.0 µs")), qPrintable(idle));
+  }
+
+  // A reply decoded through LouisKV: `engram-cli --trace` writes its retrieval map beside the
+  // intervals, and the panel's Retrievals button shows it. Layer 1 retrieves at the first step and
+  // where r_t fell below τ (0.58: this fixture's r_t lie around it, so some steps retrieve and
+  // some do not); its cells say what they loaded, layer 0 (a full layer) says it attends
+  // over every token; the exports draw the map.
+  void louisKvReplysRetrievalMap() {
+    QVERIFY(dir_.isValid());
+    const QString cli = QStringLiteral(ENGRAM_BINARY_DIR "/app/cli/engram-cli");
+    if (!QFile::exists(cli)) QSKIP("engram-cli is not built");
+    const QString trace = dir_.filePath(QStringLiteral("louiskv.jsonl"));
+    QString prompt;
+    for (int i = 0; i < 12; ++i)
+      prompt += QStringLiteral("The kitchen has a red kettle and the hall has a blue door. ");
+    QProcess p;
+    p.start(
+        cli,
+        {QStringLiteral("generate"), QStringLiteral("--model"),
+         QStringLiteral(ENGRAM_TEST_DATA "/models/llama-gqa"), QStringLiteral("--prompt"), prompt,
+         QStringLiteral("--max-tokens"), QStringLiteral("24"), QStringLiteral("--policy"),
+         QStringLiteral("louiskv:full_layers=1,sinks=4,window=16,budget=32,cluster=4,tau=58"),
+         QStringLiteral("--trace"), trace});
+    QVERIFY(p.waitForFinished(120000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+
+    engram::ui::TimelinePanel panel;
+    panel.resize(900, 320);
+    QString error;
+    QVERIFY2(panel.open_trace_file(trace, &error), qPrintable(error));
+    const RequestTimeline* t = panel.model().request(panel.shown_request());
+    QVERIFY(t && t->retrieval);
+    QVERIFY(!t->intervals.empty());
+    const RetrievalMap& m = *t->retrieval;
+    QCOMPARE(m.layers, int64_t{2});
+    QCOMPARE(m.full_layers, int64_t{1});
+    QCOMPARE(m.steps, int64_t{23});  // 24 tokens: the first from the prefill
+    QCOMPARE(m.tau, 0.58);
+    QCOMPARE(m.budget, int64_t{32});
+    QVERIFY(!m.retrievals.empty());
+    int64_t below = 0;
+    for (int64_t step = 0; step < m.steps; ++step) {
+      QVERIFY(std::isnan(m.similarity_at(step, 0)));  // the full layer compares nothing
+      const float r = m.similarity_at(step, 1);
+      QCOMPARE(std::isnan(r), step == 0);
+      bool retrieved = false;
+      for (const auto& e : m.retrievals) {
+        QCOMPARE(e.layer, int64_t{1});
+        QCOMPARE(e.rows, int64_t{32});  // the prompt's pool holds more than the budget
+        QVERIFY(e.units >= m.kv_heads);
+        retrieved = retrieved || e.step == step;
+      }
+      QCOMPARE(retrieved, step == 0 || r < 0.58f);
+      below += step > 0 && r < 0.58f ? 1 : 0;
+    }
+    QCOMPARE(static_cast<int64_t>(m.retrievals.size()), below + 1);
+    QVERIFY2(below > 0 && below < m.steps - 1, qPrintable(QString::number(below)));
+    QVERIFY2(engram::ui::describe_retrieval_map(m).contains(
+                 QStringLiteral("%1 retrievals").arg(m.retrievals.size())),
+             qPrintable(engram::ui::describe_retrieval_map(m)));
+
+    QVERIFY(panel.retrievals_button()->isEnabled());
+    QVERIFY(!panel.showing_retrievals());
+    panel.retrievals_button()->click();
+    QVERIFY(panel.showing_retrievals());
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    engram::ui::RetrievalMapView* view = panel.map_view();
+    QVERIFY(view->isVisible());
+    const auto x_of = [&](double step) {
+      return int(64 + (step + 0.5 - view->view_start_step()) /
+                          (view->view_end_step() - view->view_start_step()) *
+                          (view->width() - 64 - 84));
+    };
+    const QString hit = view->describe_at(QPoint(x_of(0), 22 + 12 + 5));
+    QVERIFY2(hit.contains(QStringLiteral("step 0 · layer 1")), qPrintable(hit));
+    QVERIFY2(hit.contains(QStringLiteral("retrieved 32 rows a KV head")), qPrintable(hit));
+    const QString full = view->describe_at(QPoint(x_of(3), 22 + 5));
+    QVERIFY2(full.contains(QStringLiteral("full layer")), qPrintable(full));
+    for (int64_t step = 1; step < m.steps; ++step) {
+      const QString tip = view->describe_at(QPoint(x_of(double(step)), 22 + 12 + 5));
+      const bool retrieved = view->retrieval_at(step, 1) != nullptr;
+      QVERIFY2(tip.contains(retrieved ? QStringLiteral("a semantic boundary")
+                                      : QStringLiteral("no retrieval: r_t = ")),
+               qPrintable(tip));
+    }
+    const QString svg = dir_.filePath(QStringLiteral("map.svg"));
+    const QString png = dir_.filePath(QStringLiteral("map.png"));
+    QVERIFY(panel.export_svg(svg));
+    QVERIFY(panel.export_png(png));
+    QVERIFY(!QImage(png).isNull());
+    QFile f(svg);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QVERIFY(f.readAll().contains("Engram retrieval map"));
+    // Back to the timeline.
+    panel.retrievals_button()->click();
+    QVERIFY(!panel.showing_retrievals());
+    QVERIFY(panel.view()->isVisible());
+  }
+
+  // Maps arrive from the engine after their request's intervals; a long reply's map draws each
+  // pixel column from the share of its steps that retrieved; a map line that does not hold
+  // together is refused with its file and line, and the file adds nothing.
+  void retrievalMapsLiveLongAndBad() {
+    engram::ui::TimelinePanel panel;
+    panel.resize(900, 300);
+    std::vector<LayerInterval> v = {interval(0, TraceLane::kCompute, 0, 10),
+                                    interval(1, TraceLane::kCompute, 12, 20)};
+    panel.addIntervals(QVector<LayerInterval>(v.begin(), v.end()));
+    QVERIFY(!panel.retrievals_button()->isEnabled());
+    RetrievalMap m;
+    m.request = 7;
+    m.layers = 2;
+    m.full_layers = 1;
+    m.kv_heads = 2;
+    m.budget = 16;
+    m.tau = 0.5;
+    for (int i = 0; i < 3; ++i)
+      m.begin_step();
+    m.set_similarity(1, 1, 0.4f);
+    m.set_similarity(2, 1, 0.9f);
+    m.retrievals = {{0, 1, 16, 5}, {1, 1, 16, 6}};
+    panel.addRetrievalMap(m);
+    QVERIFY(panel.retrievals_button()->isEnabled());
+    const QString line = engram::ui::describe_retrieval_map(m);
+    QVERIFY2(line.contains(QStringLiteral("2 retrievals (0.67 a layer and token)")),
+             qPrintable(line));
+    QVERIFY2(line.contains(QStringLiteral("from 2.8 units a head")), qPrintable(line));
+    QVERIFY2(line.contains(QStringLiteral("r_t < τ = 0.50 at 1 of 2 compared steps")),
+             qPrintable(line));
+
+    // 5,000 steps: layer 1 retrieves at every one of the first 2,500 and never after.
+    RetrievalMap big = m;
+    big.steps = 0;
+    big.similarity.clear();
+    big.retrievals.clear();
+    for (int64_t s = 0; s < 5000; ++s) {
+      big.begin_step();
+      big.set_similarity(s, 1, s < 2500 ? 0.2f : 0.95f);
+      if (s < 2500) big.retrievals.push_back({s, 1, 16, 4});
+    }
+    engram::ui::RetrievalMapView view;
+    view.set_map(std::make_shared<const RetrievalMap>(big));
+    QImage image(900, 200, QImage::Format_ARGB32);
+    {
+      QPainter p(&image);
+      view.render_to(p, image.size());
+    }
+    const int plot = 900 - 64 - 84, row1 = 22 + 12 + 5;
+    QCOMPARE(QColor(image.pixel(64 + plot / 4, row1)), QColor(0xc4, 0x3c, 0x9a));
+    QVERIFY(QColor(image.pixel(64 + 3 * plot / 4, row1)) != QColor(0xc4, 0x3c, 0x9a));
+
+    const QString bad = dir_.filePath(QStringLiteral("bad-map.jsonl"));
+    {
+      RetrievalMap wrong = m;
+      wrong.retrievals.push_back({9, 1, 16, 4});  // step 9 of a 3-step map
+      QFile f(bad);
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Text));
+      f.write(
+          QByteArray::fromStdString(engram::to_json_line(interval(0, TraceLane::kCompute, 0, 1))));
+      f.write("\n");
+      f.write(QByteArray::fromStdString(engram::to_json_line(wrong)));
+      f.write("\n");
+    }
+    const size_t before = panel.model().requests().size();
+    QString error;
+    QVERIFY(!panel.open_trace_file(bad, &error));
+    QVERIFY2(error.contains(QStringLiteral("bad-map.jsonl:2")) &&
+                 error.contains(QStringLiteral("outside the map")),
+             qPrintable(error));
+    QCOMPARE(panel.model().requests().size(), before);
   }
 };
 

@@ -8,6 +8,7 @@ constexpr int kBatch = 512;
 void register_engine_metatypes() {
   qRegisterMetaType<engram::LayerInterval>();
   qRegisterMetaType<engram::RequestSummary>();
+  qRegisterMetaType<engram::RetrievalMap>();
   qRegisterMetaType<QVector<engram::LayerInterval>>();
 }
 
@@ -28,6 +29,11 @@ void EngineEvents::on_layer_interval(const LayerInterval& interval) {
 void EngineEvents::on_request_finished(const RequestSummary& summary) {
   flush_intervals();
   Q_EMIT requestFinished(summary);
+}
+
+void EngineEvents::on_retrieval_map(const RetrievalMap& map) {
+  flush_intervals();
+  Q_EMIT retrievalMap(map);
 }
 
 void EngineEvents::flush_intervals() {

@@ -12,6 +12,7 @@
 
 Q_DECLARE_METATYPE(engram::LayerInterval)
 Q_DECLARE_METATYPE(engram::RequestSummary)
+Q_DECLARE_METATYPE(engram::RetrievalMap)
 
 namespace engram::ui {
 
@@ -23,10 +24,13 @@ class EngineEvents : public QObject, public EngineObserver {
 
   void on_layer_interval(const LayerInterval& interval) override;
   void on_request_finished(const RequestSummary& summary) override;
+  void on_retrieval_map(const RetrievalMap& map) override;
 
  Q_SIGNALS:
   void layerIntervals(const QVector<engram::LayerInterval>& intervals);
   void requestFinished(const engram::RequestSummary& summary);
+  // After the request's intervals (they are sent first).
+  void retrievalMap(const engram::RetrievalMap& map);
 
  private:
   void flush_intervals();

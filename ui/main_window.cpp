@@ -383,6 +383,7 @@ void MainWindow::connect_worker() {
   });
   connect(worker_, &EngineWorker::error, this, &MainWindow::showError);
   connect(events_, &EngineEvents::layerIntervals, timeline_, &TimelinePanel::addIntervals);
+  connect(events_, &EngineEvents::retrievalMap, timeline_, &TimelinePanel::addRetrievalMap);
 }
 
 void MainWindow::refresh_list() {

@@ -51,6 +51,12 @@ void TimelineModel::add(const std::vector<LayerInterval>& intervals) {
     add(i);
 }
 
+void TimelineModel::add_retrieval_map(const RetrievalMap& map) {
+  const bool is_new = requests_.find(map.request) == requests_.end();
+  slot(map.request, map.request, {}).retrieval = std::make_shared<const RetrievalMap>(map);
+  if (is_new) drop_old_live_requests();
+}
+
 void TimelineModel::drop_old_live_requests() {
   int live = 0;
   for (const auto& [key, r] : requests_)
@@ -69,13 +75,18 @@ std::vector<int64_t> TimelineModel::load_trace_file(const QString& path) {
   }
   // Parse everything first: a bad line adds nothing.
   std::vector<LayerInterval> intervals;
+  std::vector<RetrievalMap> maps;
   int line_number = 0;
   while (!file.atEnd()) {
-    const QByteArray line = file.readLine().trimmed();
+    const std::string line = file.readLine().trimmed().toStdString();
     ++line_number;
-    if (line.isEmpty()) continue;
+    if (line.empty()) continue;
     try {
-      intervals.push_back(parse_json_line(line.toStdString()));
+      if (is_retrieval_map_line(line)) {
+        maps.push_back(parse_retrieval_map(line));
+      } else {
+        intervals.push_back(parse_json_line(line));
+      }
     } catch (const std::exception& e) {
       throw std::runtime_error(path.toStdString() + ":" + std::to_string(line_number) + ": " +
                                e.what());
@@ -84,9 +95,10 @@ std::vector<int64_t> TimelineModel::load_trace_file(const QString& path) {
   if (intervals.empty()) throw std::runtime_error(path.toStdString() + ": no intervals");
   const QString source = QFileInfo(path).fileName();
   std::map<int64_t, int64_t> key_of;  // the file's request id -> our key
-  for (const auto& i : intervals) {
-    if (key_of.find(i.request) == key_of.end()) key_of[i.request] = 0;
-  }
+  for (const auto& i : intervals)
+    key_of.emplace(i.request, 0);
+  for (const auto& m : maps)
+    key_of.emplace(m.request, 0);
   // The file's requests in their order, with keys below every key given so far.
   next_file_key_ -= static_cast<int64_t>(key_of.size());
   int64_t key = next_file_key_ + 1;
@@ -94,6 +106,11 @@ std::vector<int64_t> TimelineModel::load_trace_file(const QString& path) {
     k = key++;
   for (const auto& i : intervals)
     slot(key_of[i.request], i.request, source).intervals.push_back(i);
+  for (auto& m : maps) {
+    const int64_t request = m.request;
+    slot(key_of[request], request, source).retrieval =
+        std::make_shared<const RetrievalMap>(std::move(m));
+  }
   std::vector<int64_t> keys;
   // OxyGen's frames: each frame is a request of layer -1 events whose step is the frame index.
   for (const char* phase : {"frame", "isolated_frame"}) {
@@ -148,8 +165,14 @@ const RequestTimeline* TimelineModel::request(int64_t id) const {
   RequestTimeline& r = it->second;
   if (!dirty_[id]) return &r;
   dirty_[id] = false;
-  r.layers = 0;
+  r.layers = r.retrieval ? r.retrieval->layers : 0;
   r.has_other = false;
+  r.gaps.clear();
+  if (r.intervals.empty()) {  // a retrieval map whose intervals have not come (yet)
+    r.start_us = r.end_us = 0;
+    r.busy_us[0] = r.busy_us[1] = 0;
+    return &r;
+  }
   r.start_us = r.intervals.front().start_us;
   r.end_us = r.intervals.front().end_us;
   for (const auto& i : r.intervals) {
@@ -161,7 +184,6 @@ const RequestTimeline* TimelineModel::request(int64_t id) const {
       r.has_other = true;
     }
   }
-  r.gaps.clear();
   for (TraceLane lane : {TraceLane::kCompute, TraceLane::kCopy}) {
     const auto merged = lane_union(r.intervals, lane);
     double busy = 0;

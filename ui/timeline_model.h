@@ -7,10 +7,12 @@
 #include <QString>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/trace/layer_interval.h"
+#include "core/trace/retrieval_map.h"
 
 namespace engram::ui {
 
@@ -36,7 +38,9 @@ struct RequestTimeline {
   bool frame_rows = false;
   std::string frame_phase;        // "frame" (unified) or "isolated_frame"
   std::vector<TimelineGap> gaps;  // per lane, sorted by start
-  double busy_us[2] = {0, 0};     // union of each lane's intervals
+  // Decode-time retrieval (LouisKV, Quest): the reply's token x layer map; null for other policies.
+  std::shared_ptr<const RetrievalMap> retrieval;
+  double busy_us[2] = {0, 0};  // union of each lane's intervals
 
   int rows() const { return static_cast<int>(layers) + (has_other ? 1 : 0); }
   // Row of an interval: its layer, or the last row for layer -1.
@@ -55,7 +59,9 @@ class TimelineModel {
 
   void add(const LayerInterval& interval);  // from the engine: keyed by its request id
   void add(const std::vector<LayerInterval>& intervals);
-  // Reads JSON lines into requests of their own; returns their keys (ascending). Throws
+  void add_retrieval_map(const RetrievalMap& map);  // from the engine: keyed by its request id
+  // Reads JSON lines (layer intervals and retrieval maps) into requests of their own; returns their
+  // keys (ascending). Throws
   // std::runtime_error naming the file and line of a bad record, and then adds nothing. A file
   // with OxyGen frame events also gets one "frames" request per execution mode: every frame a
   // row (RequestTimeline::frame_rows), listed before the file's requests.

@@ -10,12 +10,16 @@
 #include <QMouseEvent>
 #include <QPainter>
 #include <QPushButton>
+#include <QStackedWidget>
 #include <QSvgGenerator>
 #include <QToolTip>
 #include <QVBoxLayout>
 #include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
+
+#include "ui/axis_ticks.h"
+#include "ui/retrieval_map_view.h"
 
 namespace engram::ui {
 namespace {
@@ -51,16 +55,6 @@ QColor color_of(const LayerInterval& i) {
   if (i.phase == "prefill") return QColor(0x2f, 0x6f, 0xd6);
   if (i.layer < 0) return QColor(0x7a, 0x5c, 0xc4);
   return QColor(0x2e, 0x9d, 0x5b);
-}
-
-// A tick step of 1, 2 or 5 × 10^n that gives about `target` ticks over `span`.
-double tick_step(double span, int target) {
-  const double raw = span / std::max(1, target);
-  const double p = std::pow(10.0, std::floor(std::log10(std::max(raw, 1e-9))));
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    if (raw <= m * p) return m * p;
-  }
-  return 10 * p;
 }
 
 }  // namespace
@@ -263,6 +257,15 @@ TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {
   requests_->setObjectName(QStringLiteral("timelineRequests"));
   requests_->setMinimumContentsLength(14);
   view_ = new TimelineView(this);
+  map_view_ = new RetrievalMapView(this);
+  views_ = new QStackedWidget(this);
+  views_->addWidget(view_);
+  views_->addWidget(map_view_);
+  retrievals_ = new QPushButton(tr("Retrievals"), this);
+  retrievals_->setObjectName(QStringLiteral("timelineRetrievals"));
+  retrievals_->setCheckable(true);
+  retrievals_->setEnabled(false);
+  retrievals_->setToolTip(tr("Decode-time retrieval by token and layer (louiskv, pageretrieval)"));
   summary_ = new QLabel(this);
   summary_->setWordWrap(true);
   auto* fit = new QPushButton(tr("Fit"), this);
@@ -276,6 +279,7 @@ TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {
   auto* bar = new QHBoxLayout;
   bar->addWidget(new QLabel(tr("Request"), this));
   bar->addWidget(requests_, 1);
+  bar->addWidget(retrievals_);
   bar->addWidget(zoom_in);
   bar->addWidget(zoom_out);
   bar->addWidget(fit);
@@ -285,7 +289,7 @@ TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   layout->addLayout(bar);
-  layout->addWidget(view_, 1);
+  layout->addWidget(views_, 1);
   layout->addWidget(summary_);
 
   connect(requests_, &QComboBox::activated, this, [this](int index) {
@@ -293,10 +297,23 @@ TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {
     follow_latest_ = index == requests_->count() - 1 && key > 0;
     show_request(key);
   });
-  connect(fit, &QPushButton::clicked, view_, &TimelineView::fit);
-  connect(zoom_in, &QPushButton::clicked, this, [this] { view_->zoom(2.0, view_->width() / 2.0); });
-  connect(zoom_out, &QPushButton::clicked, this,
-          [this] { view_->zoom(0.5, view_->width() / 2.0); });
+  connect(retrievals_, &QPushButton::toggled, this, &TimelinePanel::show_retrievals);
+  connect(fit, &QPushButton::clicked, this, [this] {
+    if (showing_retrievals()) {
+      map_view_->fit();
+    } else {
+      view_->fit();
+    }
+  });
+  const auto zoom = [this](double factor) {
+    if (showing_retrievals()) {
+      map_view_->zoom(factor, map_view_->width() / 2.0);
+    } else {
+      view_->zoom(factor, view_->width() / 2.0);
+    }
+  };
+  connect(zoom_in, &QPushButton::clicked, this, [zoom] { zoom(2.0); });
+  connect(zoom_out, &QPushButton::clicked, this, [zoom] { zoom(0.5); });
   connect(open, &QPushButton::clicked, this, &TimelinePanel::loadTraceFile);
   connect(png, &QPushButton::clicked, this, [this] {
     const QString path = QFileDialog::getSaveFileName(
@@ -321,6 +338,27 @@ void TimelinePanel::addIntervals(const QVector<LayerInterval>& intervals) {
   refresh_requests(follow_latest_ ? latest : shown_);
 }
 
+void TimelinePanel::addRetrievalMap(const RetrievalMap& map) {
+  model_.add_retrieval_map(map);
+  const int64_t latest = model_.requests().back();
+  refresh_requests(follow_latest_ ? latest : shown_);
+}
+
+bool TimelinePanel::showing_retrievals() const {
+  return views_->currentWidget() == map_view_;
+}
+
+void TimelinePanel::show_retrievals(bool on) {
+  const RequestTimeline* t = model_.request(shown_);
+  on = on && t && t->retrieval;
+  views_->setCurrentWidget(on ? static_cast<QWidget*>(map_view_) : view_);
+  if (retrievals_->isChecked() != on) {
+    const QSignalBlocker block(retrievals_);
+    retrievals_->setChecked(on);
+  }
+  show_summary(t);
+}
+
 void TimelinePanel::refresh_requests(int64_t select) {
   const auto keys = model_.requests();
   requests_->blockSignals(true);
@@ -342,7 +380,10 @@ void TimelinePanel::show_request(int64_t key) {
   const RequestTimeline* t = model_.request(key);
   shown_ = t ? key : 0;
   view_->set_timeline(t);
-  show_summary(t);
+  map_view_->set_map(t ? t->retrieval : nullptr);
+  retrievals_->setEnabled(t && t->retrieval);
+  // Stays on the map from request to request while each has one.
+  show_retrievals(retrievals_->isChecked());
   const int index = requests_->findData(QVariant::fromValue<qlonglong>(key));
   if (index >= 0 && index != requests_->currentIndex()) requests_->setCurrentIndex(index);
 }
@@ -352,6 +393,12 @@ void TimelinePanel::show_summary(const RequestTimeline* t) {
     summary_->setText(
         tr("Compute intervals are green (decode), blue (prefill), purple (embedding "
            "and LM head); KV copies orange; idle gaps hatched red."));
+    return;
+  }
+  if (showing_retrievals() && t->retrieval) {
+    summary_->setText(describe_retrieval_map(*t->retrieval) +
+                      tr(" Magenta: a retrieval; blue: r_t (darker is lower); hatched: full "
+                         "layers."));
     return;
   }
   const double span = t->end_us - t->start_us;
@@ -417,28 +464,40 @@ bool TimelinePanel::open_trace_file(const QString& path, QString* error) {
   }
 }
 
+QSize TimelinePanel::export_size() const {
+  const QWidget* shown = views_->currentWidget();
+  return {std::max(shown->width(), 1200), std::max(shown->height(), shown->sizeHint().height())};
+}
+
+void TimelinePanel::render_shown(QPainter& p, const QSize& size) const {
+  if (showing_retrievals()) {
+    map_view_->render_to(p, size);
+  } else {
+    view_->render_to(p, size);
+  }
+}
+
 bool TimelinePanel::export_png(const QString& path) const {
-  const QSize size(std::max(view_->width(), 1200),
-                   std::max(view_->height(), view_->sizeHint().height()));
+  const QSize size = export_size();
   QImage image(size * 2, QImage::Format_ARGB32_Premultiplied);
   image.setDevicePixelRatio(2);
   QPainter p(&image);
-  view_->render_to(p, size);
+  render_shown(p, size);
   p.end();
   return image.save(path, "PNG");
 }
 
 bool TimelinePanel::export_svg(const QString& path) const {
-  const QSize size(std::max(view_->width(), 1200),
-                   std::max(view_->height(), view_->sizeHint().height()));
+  const QSize size = export_size();
   QSvgGenerator svg;
   svg.setFileName(path);
   svg.setSize(size);
   svg.setViewBox(QRect(QPoint(0, 0), size));
-  svg.setTitle(QStringLiteral("Engram layer timeline"));
+  svg.setTitle(showing_retrievals() ? QStringLiteral("Engram retrieval map")
+                                    : QStringLiteral("Engram layer timeline"));
   QPainter p;
   if (!p.begin(&svg)) return false;
-  view_->render_to(p, size);
+  render_shown(p, size);
   return p.end();
 }
 

@@ -247,6 +247,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
     // Quest's long-input method: the new prompt is fed token by token through retrieval.
     retrieving = std::make_unique<RetrievalKvSource>(
         *retrieval, ws.cache(), static_cast<int64_t>(new_tokens.size()) + room, &ws.cache());
+    if (trace) retrieving->record_map(request);
     for (size_t i = 0; i < new_tokens.size(); ++i) {
       if (ws.fixed_capacity() && ws.tokens() + 1 > ws.cache().capacity())
         throw std::out_of_range("the prompt does not fit the working set beside its budget");
@@ -365,6 +366,7 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
         }
         retrieving = std::make_unique<RetrievalKvSource>(*retrieval, ws.cache(), room - step - 1,
                                                          &ws.cache(), &built.units);
+        if (trace) retrieving->record_map(request);
         if (staging) staging->join();
         if (staging || built.staged) ws.cache().use_staged_layers();
         retrieving->note_beside_prefill(built.worker_ms, built.wait_ms);
@@ -411,6 +413,8 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
   result.peak_kv_tokens = ws.peak_tokens();
   policy.end_request(ws.info());
   if (trace) trace->flush();
+  if (retrieving && retrieving->map() && options.observer)
+    options.observer->on_retrieval_map(*retrieving->map());
   if (options.observer) {
     RequestSummary summary;
     summary.request = request;

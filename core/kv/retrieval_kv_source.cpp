@@ -58,6 +58,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     throw std::invalid_argument("retrieval: the local window is smaller than one page");
   const int64_t n = working.lengths()[0];
   const int64_t layers = static_cast<int64_t>(working.shape().layers);
+  kv_heads_ = working.shape().kv_heads;
   sinks_ = std::min(s.sinks, n);
   const int64_t prompt = n - sinks_;
   policy_.begin_decode(layers);
@@ -184,6 +185,30 @@ void RetrievalKvSource::write_rows(int64_t layer, int64_t first_row, const at::T
   gpu::scatter_pages(slab, layer, keys, values, table[0], table[1], table[2], table[3]);
 }
 
+void RetrievalKvSource::record_map(int64_t request) {
+  const RetrievalSettings& s = policy_.settings();
+  map_ = std::make_unique<RetrievalMap>();
+  map_->request = request;
+  map_->policy = policy_.spec();
+  map_->layers = static_cast<int64_t>(layers_.size());
+  map_->full_layers = std::min(s.full_layers, map_->layers);
+  map_->kv_heads = kv_heads_;
+  map_->budget = s.budget;
+  map_->tau = policy_.boundary_threshold();
+}
+
+int64_t RetrievalKvSource::loaded_units(const Layer& l) const {
+  // The selection lists whole units in score order and cuts only the last one short, so a unit
+  // was loaded exactly when its first row is among the selected rows (units never overlap).
+  const int64_t u = l.scored_units;
+  const at::Tensor rows = std::get<0>(l.selected_rows.sort(1));  // [H, B], the -1s first
+  const at::Tensor offsets = l.offsets.narrow(1, 0, u);
+  const at::Tensor at = at::searchsorted(rows, offsets).clamp_max(rows.size(1) - 1);
+  const at::Tensor found = rows.gather(1, at).eq(offsets) & l.sizes.narrow(1, 0, u).gt(0) &
+                           l.live.narrow(0, 0, u).view({1, -1});
+  return found.sum().item<int64_t>();
+}
+
 void RetrievalKvSource::begin_forward(const ForwardContext& ctx) {
   if (ctx.batch != 1 || ctx.fresh_tokens != 1)
     throw std::invalid_argument("retrieval: decode feeds one token of one sequence per forward");
@@ -191,6 +216,7 @@ void RetrievalKvSource::begin_forward(const ForwardContext& ctx) {
     throw std::out_of_range("retrieval: the source was built for " + std::to_string(max_new_) +
                             " decode steps");
   }
+  if (map_) map_->begin_step();
 }
 
 AttendKv RetrievalKvSource::layer_kv(int64_t layer, const FreshKv& fresh,
@@ -227,6 +253,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
   const RetrievalSettings& s = policy_.settings();
   const at::Tensor q = fresh.queries.select(0, 0).select(1, 0);  // [Hq, d]
   const bool retrieve = policy_.retrieve(layer, step_, q);
+  if (map_) map_->set_similarity(step_, layer, policy_.last_similarity(layer));
   if (l.local == s.window) offload_oldest(layer, l);
   if (retrieve) {
     // A "retrieve" interval on the layer's copy lane: scoring, selection and the rows' copy (the
@@ -240,7 +267,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(false);
     ++stats_.retrievals;
     stats_.loaded_rows += l.retrieved * l.keys.size(1);
-    events_.push_back({step_, layer, l.retrieved});
+    if (map_) map_->retrievals.push_back({step_, layer, l.retrieved, loaded_units(l)});
     if (trace) {
       trace->end(open, l.retrieved,
                  2 * l.retrieved * l.keys.size(1) * l.keys.size(3) *
@@ -296,6 +323,7 @@ void RetrievalKvSource::load_retrieved(int64_t layer, Layer& l, const at::Tensor
   const at::Tensor scores = policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
   const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
                                                     l.offsets.narrow(1, 0, u), budget, enabled);
+  l.selected_rows = rows;
   at::Tensor keys = l.keys.select(0, 0).narrow(1, sinks_, budget);
   at::Tensor values = l.values.select(0, 0).narrow(1, sinks_, budget);
   gpu::gather_paged_rows(keys, values, pool_->slab(PageTier::kPinned), layer, table, rows, enabled);
@@ -403,15 +431,17 @@ void RetrievalKvSource::after_recorded_step() {
   const at::Tensor decided = decisions_.cpu();  // the step's one sync besides its token
   stats_.wait_ms += ms_since(t0);
   const float* d = decided.data_ptr<float>();
+  if (map_) map_->begin_step();
   for (int64_t li = 0; li < static_cast<int64_t>(layers_.size()); ++li) {
     if (!retrieves_at(li)) continue;
     Layer& l = layers_[li];
     policy_.similarity_seen(li, step_, d[2 * li + 1]);
+    if (map_) map_->set_similarity(step_, li, policy_.last_similarity(li));
     if (d[2 * li] > 0) {
       l.retrieved = std::min(s.budget, l.pool_rows);
       ++stats_.retrievals;
       stats_.loaded_rows += l.retrieved * l.keys.size(1);
-      events_.push_back({step_, li, l.retrieved});
+      if (map_) map_->retrievals.push_back({step_, li, l.retrieved, loaded_units(l)});
       if (policy_.page_tokens() == 0) l.segment_starts.push_back(l.local);
     }
     if (l.segment_starts.empty()) l.segment_starts.push_back(0);

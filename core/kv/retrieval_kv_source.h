@@ -43,14 +43,9 @@
 #include "core/kv/kv_page_pool.h"
 #include "core/kv/kv_source.h"
 #include "core/policies/retrieval_policy.h"
+#include "core/trace/retrieval_map.h"
 
 namespace engram {
-
-struct RetrievalEvent {
-  int64_t step = 0;
-  int64_t layer = 0;
-  int64_t tokens = 0;  // rows loaded per KV head
-};
 
 struct RetrievalStats {
   int64_t steps = 0;
@@ -122,7 +117,10 @@ class RetrievalKvSource : public KvSource {
     stats_.beside_prefill_ms += worker_ms;
     stats_.beside_prefill_wait_ms += wait_ms;
   }
-  const std::vector<RetrievalEvent>& events() const { return events_; }
+  // Records this request's retrieval map from here on (a traced request; the units of each
+  // retrieval cost a count on the device and a sync). map(): null until then.
+  void record_map(int64_t request);
+  const RetrievalMap* map() const { return map_.get(); }
   int64_t steps_left() const { return max_new_ - step_; }
   // The recorded step's side (see the top of this file). recordable(): the policy decides on the
   // device, the source mirrors into a working set and every retrieval layer's units fit the
@@ -171,6 +169,7 @@ class RetrievalKvSource : public KvSource {
     // For the recorded step: which of the units' capacity exist, [capacity] bool; the retrieved
     // region's validity after a retrieval, [B] bool (the first min(B, pool rows)).
     at::Tensor live, retrieved_valid;
+    at::Tensor selected_rows;  // the last selection's pool rows [H, B] (-1: none), for the map
   };
 
   AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
@@ -198,7 +197,10 @@ class RetrievalKvSource : public KvSource {
   int64_t step_ = 0;
   std::vector<Layer> layers_;
   RetrievalStats stats_;
-  std::vector<RetrievalEvent> events_;
+  int64_t kv_heads_ = 0;
+  std::unique_ptr<RetrievalMap> map_;
+  // Units the layer's last selection took rows from, summed over the KV heads (for the map).
+  int64_t loaded_units(const Layer& l) const;
   // The recorded step's device inputs (int64 [1 + layers]: the step, then each layer's window
   // slot) and its decisions (f32 [layers, 2], RetrievalPolicy::retrieve_on_device).
   at::Tensor recorded_inputs_, decisions_, last_slot_;

@@ -74,6 +74,7 @@ std::string LouisKvPolicy::spec() const {
 void LouisKvPolicy::begin_decode(int64_t layers) {
   previous_q_.assign(layers, at::Tensor());
   similarity_.assign(layers, {});
+  last_similarity_.assign(layers, std::numeric_limits<float>::quiet_NaN());
 }
 
 PromptUnits LouisKvPolicy::prompt_units(int64_t /*layer*/, const at::Tensor& keys) {
@@ -117,7 +118,9 @@ void LouisKvPolicy::retrieve_on_device(int64_t layer, const at::Tensor& step, co
 
 void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarity) {
   // retrieve() logs r_t of adaptive steps after the first; so does this.
-  if (options_.stride == 0 && step > 0) similarity_.at(layer).push_back(similarity);
+  const bool compared = options_.stride == 0 && step > 0;
+  if (compared) similarity_.at(layer).push_back(similarity);
+  last_similarity_.at(layer) = compared ? similarity : std::numeric_limits<float>::quiet_NaN();
 }
 
 at::Tensor LouisKvPolicy::score(const at::Tensor& q, const at::Tensor& index,

@@ -47,6 +47,8 @@ class LouisKvPolicy : public RetrievalPolicy {
     return options_.stride > 0 && step % options_.stride != 0;
   }
   void similarity_seen(int64_t layer, int64_t step, float similarity) override;
+  float last_similarity(int64_t layer) const override { return last_similarity_.at(layer); }
+  double boundary_threshold() const override { return options_.stride > 0 ? -1 : options_.tau; }
   using RetrievalPolicy::score;
   at::Tensor score(const at::Tensor& q, const at::Tensor& index,
                    const at::Tensor& live) const override;
@@ -59,6 +61,7 @@ class LouisKvPolicy : public RetrievalPolicy {
   LouisKvOptions options_;
   std::vector<at::Tensor> previous_q_;  // per layer [Hq, d] f32
   std::vector<std::vector<float>> similarity_;
+  std::vector<float> last_similarity_;  // per layer, NaN until an adaptive step after the first
 };
 
 // The clustering itself, for tests and benchmarks: assignment [H, N] int64 of keys [H, N, d] into

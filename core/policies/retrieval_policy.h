@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -92,6 +93,13 @@ class RetrievalPolicy {
   virtual bool idle_at(int64_t /*step*/) const { return false; }
   // What a device decision saw, reported once the step has run (the τ sweep's log).
   virtual void similarity_seen(int64_t /*layer*/, int64_t /*step*/, float /*similarity*/) {}
+  // For the retrieval map (core/trace/retrieval_map.h): the similarity the layer's last decision
+  // compared with boundary_threshold(), NaN when it compared none (the first step, a fixed
+  // stride, a policy that retrieves at every step); the threshold, < 0 for such policies.
+  virtual float last_similarity(int64_t /*layer*/) const {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  virtual double boundary_threshold() const { return -1; }
 
   // Scores [H, U] f32 of units from q [H * g, d] and index [H, U, I]; higher is kept first.
   // `live` (optional, [U] bool): only those units exist; the rest score -inf (a recorded step

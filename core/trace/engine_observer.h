@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/trace/layer_interval.h"
+#include "core/trace/retrieval_map.h"
 
 namespace engram {
 
@@ -23,6 +24,8 @@ class EngineObserver {
   virtual ~EngineObserver() = default;
   virtual void on_layer_interval(const LayerInterval& /*interval*/) {}
   virtual void on_request_finished(const RequestSummary& /*summary*/) {}
+  // A traced request that decoded through retrieval: its token x layer map, after its intervals.
+  virtual void on_retrieval_map(const RetrievalMap& /*map*/) {}
 };
 
 }  // namespace engram

@@ -14,4 +14,9 @@ void TraceFileWriter::on_layer_interval(const LayerInterval& interval) {
   out_.flush();
 }
 
+void TraceFileWriter::on_retrieval_map(const RetrievalMap& map) {
+  out_ << to_json_line(map) << '\n';
+  out_.flush();
+}
+
 }  // namespace engram

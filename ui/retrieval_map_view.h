@@ -1,0 +1,61 @@
+// The retrieval map of one reply (issue 17's panel; core/trace/retrieval_map.h): decode steps
+// across, one row per layer. A magenta cell is a retrieval (LouisKV's semantic boundary at that
+// layer and token, Quest's every step), its tooltip the rows and units it loaded; the other cells
+// of a retrieval layer are shaded by r_t (darker: the query turned further from the previous
+// one), the full layers hatched. Beside each row its retrievals a token, below the map how many
+// layers retrieved at each token. Where a pixel column holds several steps, a cell's strength is
+// the share of them that retrieved. Wheel zooms around the cursor, drag pans.
+#pragma once
+
+#include <QString>
+#include <QWidget>
+#include <memory>
+#include <vector>
+
+#include "core/trace/retrieval_map.h"
+
+namespace engram::ui {
+
+// One line for the panel's summary: retrievals a layer and token, rows and units per retrieval,
+// the full layers, how often r_t fell below τ.
+QString describe_retrieval_map(const RetrievalMap& map);
+
+class RetrievalMapView : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit RetrievalMapView(QWidget* parent = nullptr);
+  void set_map(std::shared_ptr<const RetrievalMap> map);  // null clears
+  const RetrievalMap* map() const { return map_.get(); }
+  void fit();
+  void zoom(double factor, double anchor_x);
+  void pan(double dx_pixels);
+  double view_start_step() const { return view_start_; }
+  double view_end_step() const { return view_end_; }
+  void render_to(QPainter& painter, const QSize& size) const;
+  QSize sizeHint() const override;
+  // What lies under `pos`: the step and layer, its retrieval (rows, units) or r_t; empty off the
+  // map.
+  QString describe_at(const QPoint& pos) const;
+  // The retrieval at (step, layer), or null.
+  const RetrievalMap::Retrieval* retrieval_at(int64_t step, int64_t layer) const;
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  void mouseMoveEvent(QMouseEvent* event) override;
+  bool event(QEvent* event) override;
+
+ private:
+  double x_of(double step, double width) const;
+  double step_of(double x, double width) const;
+
+  std::shared_ptr<const RetrievalMap> map_;
+  std::vector<int32_t> index_;  // [steps × layers]: the retrieval's index in map_, -1 for none
+  double view_start_ = 0;
+  double view_end_ = 1;
+  QPoint drag_from_;
+};
+
+}  // namespace engram::ui
