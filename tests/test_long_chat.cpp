@@ -115,6 +115,29 @@ class LongChatTest : public QObject {
     QCOMPARE(repo.utterance_count(repo.find_by_name("long").value().id), int64_t{402});
   }
 
+  // A reply that decoded through retrieval with the working set's layers in host memory
+  // (louiskv offload=1; on the CPU the same bookkeeping) starts them back to the device as it
+  // ends, while the person reads, and every turn answers as a session that never moved them.
+  void retrievalLayersComeBackWhenTheReplyEnds() {
+    LoadedModel model = load_model({kModelDir, "", 0}, choose_device("cpu", "f32"), {});
+    const std::string spec = "louiskv:sinks=4,window=16,budget=32,full_layers=1,stride=4";
+    ChatSession moved(model, {}, {spec + ",offload=1", 0});
+    ChatSession kept(model, {}, {spec + ",offload=0", 0});
+    GenerationOptions options;
+    options.max_new_tokens = 24;
+    for (const std::string& turn : user_turns(3)) {
+      const int64_t version = moved.cache().storage_version();
+      const ChatReply a = moved.reply(turn, options, {});
+      const ChatReply b = kept.reply(turn, options, {});
+      QCOMPARE(a.text, b.text);
+      QVERIFY(a.generation.retrieval.retrieval_layers > 0);
+      QCOMPARE(moved.cache().host_layers(), int64_t{0});
+      QVERIFY(moved.cache().storage_version() >= version + 2);  // moved out, and back
+    }
+    for (int64_t l = 0; l < model.config.num_layers; ++l)
+      QVERIFY(moved.cache().keys(l).equal(kept.cache().keys(l)));
+  }
+
   void oneMoreTurnWritesOnlyItsOwnKv() {
     LoadedModel model = load_model({kModelDir, "", 0}, choose_device("cpu", "f32"), {});
     QTemporaryDir profile;
