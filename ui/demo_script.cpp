@@ -173,6 +173,16 @@ void DemoScript::next() {
       }
       continue;
     }
+    if (command == QLatin1String("retrievals")) {
+      TimelinePanel* timeline = window_->timeline();
+      timeline->show_retrievals(rest == QLatin1String("on"));
+      if (timeline->showing_retrievals() != (rest == QLatin1String("on"))) {
+        fail(QStringLiteral("retrievals: the shown request has no retrieval map"));
+        return;
+      }
+      QTimer::singleShot(200, this, &DemoScript::next);
+      return;
+    }
     if (command == QLatin1String("palette")) {
       QApplication::setPalette(rest == QLatin1String("dark")
                                    ? dark_palette()

@@ -9,6 +9,7 @@
 //   max-tokens N               the most tokens an answer may have from now on
 //   load DIR [DEVICE [DTYPE]]  loads a model folder (waits until it loaded or failed)
 //   trace FILE                 opens a trace file (engram-cli --trace) in the layer timeline
+//   retrievals on|off          the shown request's retrieval map in place of its timeline
 //   palette dark|light         switches the application palette, as a system theme change does
 //   sleep MS
 //   resize W H
