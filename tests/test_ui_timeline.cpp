@@ -523,6 +523,16 @@ class UiTimelineTest : public QObject {
                  error.contains(QStringLiteral("outside the map")),
              qPrintable(error));
     QCOMPARE(panel.model().requests().size(), before);
+    // A step count whose product with the layers wraps around to the values given (2^62 x 4 =
+    // 2^64: none) is refused, not drawn for ever.
+    RetrievalMap empty = m;
+    empty.layers = 4;
+    empty.steps = 0;
+    empty.similarity.clear();
+    empty.retrievals.clear();
+    std::string wrapped = engram::to_json_line(empty);
+    wrapped.replace(wrapped.find("\"steps\":0"), 9, "\"steps\":4611686018427387904");
+    QVERIFY_EXCEPTION_THROWN(engram::parse_retrieval_map(wrapped), std::invalid_argument);
   }
 };
 

@@ -76,7 +76,9 @@ RetrievalMap parse_retrieval_map(const std::string& line) {
       m.full_layers > m.layers) {
     throw std::invalid_argument("retrieval map: bad layer or step counts");
   }
-  if (static_cast<int64_t>(m.similarity.size()) != m.steps * m.layers) {
+  // Compared by division: a hostile step count must not overflow into a match.
+  const auto values = static_cast<int64_t>(m.similarity.size());
+  if (values % m.layers != 0 || values / m.layers != m.steps) {
     throw std::invalid_argument("retrieval map: " + std::to_string(m.similarity.size()) +
                                 " similarities for " + std::to_string(m.steps) + " steps of " +
                                 std::to_string(m.layers) + " layers");
