@@ -2,7 +2,6 @@
 
 #include <QFileDialog>
 #include <QHBoxLayout>
-#include <QHelpEvent>
 #include <QLabel>
 #include <QMessageBox>
 #include <QMouseEvent>
@@ -10,13 +9,14 @@
 #include <QPainterPath>
 #include <QPushButton>
 #include <QSlider>
-#include <QToolTip>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <numbers>
 #include <stdexcept>
+
+#include "ui/tooltip_event.h"
 
 namespace engram::ui {
 namespace {
@@ -295,17 +295,8 @@ QString EpisodeScatterView::describe_at(const QPoint& pos) const {
 }
 
 bool EpisodeScatterView::event(QEvent* event) {
-  if (event->type() == QEvent::ToolTip) {
-    auto* help = static_cast<QHelpEvent*>(event);
-    const QString text = describe_at(help->pos());
-    if (text.isEmpty()) {
-      QToolTip::hideText();
-    } else {
-      QToolTip::showText(help->globalPos(), text, this);
-    }
-    return true;
-  }
-  return QWidget::event(event);
+  return answer_tooltip(this, event, [this](const QPoint& pos) { return describe_at(pos); }) ||
+         QWidget::event(event);
 }
 
 // ---------------------------------------------------------------------------------------------

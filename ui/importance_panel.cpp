@@ -21,6 +21,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "ui/tooltip_event.h"
+
 namespace engram::ui {
 namespace {
 
@@ -358,17 +360,8 @@ QString ImportanceGraphView::describe_at(const QPoint& pos) const {
 }
 
 bool ImportanceGraphView::event(QEvent* event) {
-  if (event->type() == QEvent::ToolTip) {
-    auto* help = static_cast<QHelpEvent*>(event);
-    const QString text = describe_at(help->pos());
-    if (text.isEmpty()) {
-      QToolTip::hideText();
-    } else {
-      QToolTip::showText(help->globalPos(), text, this);
-    }
-    return true;
-  }
-  return QWidget::event(event);
+  return answer_tooltip(this, event, [this](const QPoint& pos) { return describe_at(pos); }) ||
+         QWidget::event(event);
 }
 
 ImportancePanel::ImportancePanel(QWidget* parent) : QWidget(parent) {

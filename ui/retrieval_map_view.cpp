@@ -1,10 +1,6 @@
 #include "ui/retrieval_map_view.h"
 
-#include <QHelpEvent>
-#include <QMouseEvent>
 #include <QPainter>
-#include <QToolTip>
-#include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -73,10 +69,14 @@ QString describe_retrieval_map(const RetrievalMap& m) {
   return s + QLatin1Char('.');
 }
 
-RetrievalMapView::RetrievalMapView(QWidget* parent) : QWidget(parent) {
-  setMouseTracking(true);
-  setMinimumHeight(120);
-  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+RetrievalMapView::RetrievalMapView(QWidget* parent) : PanZoomView(parent) {}
+
+int RetrievalMapView::plot_left() const {
+  return kLabelWidth;
+}
+
+int RetrievalMapView::plot_right() const {
+  return kRateWidth;
 }
 
 QSize RetrievalMapView::sizeHint() const {
@@ -108,33 +108,6 @@ const RetrievalMap::Retrieval* RetrievalMapView::retrieval_at(int64_t step, int6
 void RetrievalMapView::fit() {
   view_start_ = 0;
   view_end_ = map_ ? std::max<double>(1, static_cast<double>(map_->steps)) : 1;
-  update();
-}
-
-double RetrievalMapView::x_of(double step, double width) const {
-  return kLabelWidth +
-         (step - view_start_) / (view_end_ - view_start_) * (width - kLabelWidth - kRateWidth);
-}
-
-double RetrievalMapView::step_of(double x, double width) const {
-  return view_start_ + (x - kLabelWidth) / std::max(1.0, width - kLabelWidth - kRateWidth) *
-                           (view_end_ - view_start_);
-}
-
-void RetrievalMapView::zoom(double factor, double anchor_x) {
-  const double anchor = step_of(anchor_x, width());
-  const double span = std::max(4.0, (view_end_ - view_start_) / factor);
-  const double left = (anchor - view_start_) / (view_end_ - view_start_);
-  view_start_ = anchor - left * span;
-  view_end_ = view_start_ + span;
-  update();
-}
-
-void RetrievalMapView::pan(double dx_pixels) {
-  const double plot = std::max(1, width() - kLabelWidth - kRateWidth);
-  const double steps = dx_pixels / plot * (view_end_ - view_start_);
-  view_start_ -= steps;
-  view_end_ -= steps;
   update();
 }
 
@@ -176,8 +149,8 @@ void RetrievalMapView::render_to(QPainter& p, const QSize& size) const {
       columns.push_back({x_of(s, w), x_of(s + 1, w), int64_t(s), int64_t(s) + 1});
   } else {
     for (double x = std::max<double>(kLabelWidth, x_of(first, w)); x < plot_end; ++x) {
-      const auto a = static_cast<int64_t>(std::max(0.0, std::floor(step_of(x, w))));
-      const auto b = std::min(m.steps, static_cast<int64_t>(std::floor(step_of(x + 1, w))));
+      const auto a = static_cast<int64_t>(std::max(0.0, std::floor(value_of(x, w))));
+      const auto b = std::min(m.steps, static_cast<int64_t>(std::floor(value_of(x + 1, w))));
       if (a >= m.steps) break;
       columns.push_back({x, x + 1, a, std::max(a + 1, b)});
     }
@@ -277,32 +250,6 @@ void RetrievalMapView::render_to(QPainter& p, const QSize& size) const {
              Qt::AlignLeft | Qt::AlignVCenter, tr("a token"));
 }
 
-void RetrievalMapView::paintEvent(QPaintEvent*) {
-  QPainter p(this);
-  render_to(p, size());
-}
-
-void RetrievalMapView::wheelEvent(QWheelEvent* event) {
-  const double steps = event->angleDelta().y() / 120.0;
-  if (event->modifiers() & Qt::ShiftModifier) {
-    pan(steps * 60);
-  } else {
-    zoom(std::pow(1.25, steps), event->position().x());
-  }
-  event->accept();
-}
-
-void RetrievalMapView::mousePressEvent(QMouseEvent* event) {
-  drag_from_ = event->pos();
-}
-
-void RetrievalMapView::mouseMoveEvent(QMouseEvent* event) {
-  if (event->buttons() & Qt::LeftButton) {
-    pan(event->pos().x() - drag_from_.x());
-    drag_from_ = event->pos();
-  }
-}
-
 QString RetrievalMapView::describe_at(const QPoint& pos) const {
   if (!map_ || pos.y() < kAxisHeight) return {};
   const RetrievalMap& m = *map_;
@@ -322,7 +269,7 @@ QString RetrievalMapView::describe_at(const QPoint& pos) const {
         .arg(double(n) / double(std::max<int64_t>(1, m.steps)), 0, 'f', 2);
   }
   if (pos.x() < kLabelWidth) return {};
-  const auto step = static_cast<int64_t>(std::floor(step_of(pos.x(), width())));
+  const auto step = static_cast<int64_t>(std::floor(value_of(pos.x(), width())));
   if (step < 0 || step >= m.steps) return {};
   if (pos.y() >= count_top && pos.y() < count_top + kCountHeight) {
     int64_t n = 0;
@@ -353,20 +300,6 @@ QString RetrievalMapView::describe_at(const QPoint& pos) const {
   s += tr("\nno retrieval");
   if (!std::isnan(r)) s += tr(": r_t = %1%2").arg(double(r), 0, 'f', 3).arg(tau);
   return s;
-}
-
-bool RetrievalMapView::event(QEvent* event) {
-  if (event->type() == QEvent::ToolTip) {
-    auto* help = static_cast<QHelpEvent*>(event);
-    const QString text = describe_at(help->pos());
-    if (text.isEmpty()) {
-      QToolTip::hideText();
-    } else {
-      QToolTip::showText(help->globalPos(), text, this);
-    }
-    return true;
-  }
-  return QWidget::event(event);
 }
 
 }  // namespace engram::ui

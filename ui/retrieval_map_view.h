@@ -8,11 +8,11 @@
 #pragma once
 
 #include <QString>
-#include <QWidget>
 #include <memory>
 #include <vector>
 
 #include "core/trace/retrieval_map.h"
+#include "ui/pan_zoom_view.h"
 
 namespace engram::ui {
 
@@ -20,42 +20,32 @@ namespace engram::ui {
 // the full layers, how often r_t fell below τ.
 QString describe_retrieval_map(const RetrievalMap& map);
 
-class RetrievalMapView : public QWidget {
+class RetrievalMapView : public PanZoomView {
   Q_OBJECT
 
  public:
   explicit RetrievalMapView(QWidget* parent = nullptr);
   void set_map(std::shared_ptr<const RetrievalMap> map);  // null clears
   const RetrievalMap* map() const { return map_.get(); }
-  void fit();
-  void zoom(double factor, double anchor_x);
-  void pan(double dx_pixels);
+  void fit() override;
   double view_start_step() const { return view_start_; }
   double view_end_step() const { return view_end_; }
-  void render_to(QPainter& painter, const QSize& size) const;
+  void render_to(QPainter& painter, const QSize& size) const override;
   QSize sizeHint() const override;
-  // What lies under `pos`: the step and layer, its retrieval (rows, units) or r_t; empty off the
-  // map.
-  QString describe_at(const QPoint& pos) const;
+  // What lies under `pos`: the step and layer, its retrieval (rows, units) or r_t; a row's rate;
+  // a column's count; empty off the map.
+  QString describe_at(const QPoint& pos) const override;
   // The retrieval at (step, layer), or null.
   const RetrievalMap::Retrieval* retrieval_at(int64_t step, int64_t layer) const;
 
  protected:
-  void paintEvent(QPaintEvent* event) override;
-  void wheelEvent(QWheelEvent* event) override;
-  void mousePressEvent(QMouseEvent* event) override;
-  void mouseMoveEvent(QMouseEvent* event) override;
-  bool event(QEvent* event) override;
+  int plot_left() const override;
+  int plot_right() const override;
+  double min_span() const override { return 4; }  // steps
 
  private:
-  double x_of(double step, double width) const;
-  double step_of(double x, double width) const;
-
   std::shared_ptr<const RetrievalMap> map_;
   std::vector<int32_t> index_;  // [steps × layers]: the retrieval's index in map_, -1 for none
-  double view_start_ = 0;
-  double view_end_ = 1;
-  QPoint drag_from_;
 };
 
 }  // namespace engram::ui

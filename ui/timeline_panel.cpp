@@ -3,18 +3,14 @@
 #include <QComboBox>
 #include <QFileDialog>
 #include <QHBoxLayout>
-#include <QHelpEvent>
 #include <QImage>
 #include <QLabel>
 #include <QMessageBox>
-#include <QMouseEvent>
 #include <QPainter>
 #include <QPushButton>
 #include <QStackedWidget>
 #include <QSvgGenerator>
-#include <QToolTip>
 #include <QVBoxLayout>
-#include <QWheelEvent>
 #include <algorithm>
 #include <cmath>
 
@@ -59,10 +55,10 @@ QColor color_of(const LayerInterval& i) {
 
 }  // namespace
 
-TimelineView::TimelineView(QWidget* parent) : QWidget(parent) {
-  setMouseTracking(true);
-  setMinimumHeight(120);
-  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+TimelineView::TimelineView(QWidget* parent) : PanZoomView(parent) {}
+
+int TimelineView::plot_left() const {
+  return kLabelWidth;
 }
 
 QSize TimelineView::sizeHint() const {
@@ -85,30 +81,6 @@ void TimelineView::fit() {
     view_start_ = 0;
     view_end_ = 1;
   }
-  update();
-}
-
-double TimelineView::x_of(double us, double width) const {
-  return kLabelWidth + (us - view_start_) / (view_end_ - view_start_) * (width - kLabelWidth);
-}
-
-double TimelineView::us_of(double x, double width) const {
-  return view_start_ + (x - kLabelWidth) / (width - kLabelWidth) * (view_end_ - view_start_);
-}
-
-void TimelineView::zoom(double factor, double anchor_x) {
-  const double anchor = us_of(anchor_x, width());
-  const double span = std::max(0.5, (view_end_ - view_start_) / factor);
-  const double left = (anchor - view_start_) / (view_end_ - view_start_);
-  view_start_ = anchor - left * span;
-  view_end_ = view_start_ + span;
-  update();
-}
-
-void TimelineView::pan(double dx_pixels) {
-  const double us = dx_pixels / std::max(1, width() - kLabelWidth) * (view_end_ - view_start_);
-  view_start_ -= us;
-  view_end_ -= us;
   update();
 }
 
@@ -179,38 +151,12 @@ void TimelineView::render_to(QPainter& p, const QSize& size) const {
   }
 }
 
-void TimelineView::paintEvent(QPaintEvent*) {
-  QPainter p(this);
-  render_to(p, size());
-}
-
-void TimelineView::wheelEvent(QWheelEvent* event) {
-  const double steps = event->angleDelta().y() / 120.0;
-  if (event->modifiers() & Qt::ShiftModifier) {
-    pan(steps * 60);
-  } else {
-    zoom(std::pow(1.25, steps), event->position().x());
-  }
-  event->accept();
-}
-
-void TimelineView::mousePressEvent(QMouseEvent* event) {
-  drag_from_ = event->pos();
-}
-
-void TimelineView::mouseMoveEvent(QMouseEvent* event) {
-  if (event->buttons() & Qt::LeftButton) {
-    pan(event->pos().x() - drag_from_.x());
-    drag_from_ = event->pos();
-  }
-}
-
 QString TimelineView::describe_at(const QPoint& pos) const {
   if (!timeline_ || pos.x() < kLabelWidth || pos.y() < kAxisHeight) return {};
   const int row = (pos.y() - kAxisHeight) / kRowHeight;
   const int lane = ((pos.y() - kAxisHeight) % kRowHeight) / kLaneHeight;
   if (row >= timeline_->rows() || lane > 1) return {};
-  const double us = us_of(pos.x(), width());
+  const double us = value_of(pos.x(), width());
   const double slop = 2.0 / std::max(1, width() - kLabelWidth) * (view_end_ - view_start_);
   for (const auto& i : timeline_->intervals) {
     if (timeline_->row_of(i) != row || static_cast<int>(i.lane) != lane) continue;
@@ -235,20 +181,6 @@ QString TimelineView::describe_at(const QPoint& pos) const {
     }
   }
   return {};
-}
-
-bool TimelineView::event(QEvent* event) {
-  if (event->type() == QEvent::ToolTip) {
-    auto* help = static_cast<QHelpEvent*>(event);
-    const QString text = describe_at(help->pos());
-    if (text.isEmpty()) {
-      QToolTip::hideText();
-    } else {
-      QToolTip::showText(help->globalPos(), text, this);
-    }
-    return true;
-  }
-  return QWidget::event(event);
 }
 
 TimelinePanel::TimelinePanel(QWidget* parent) : QWidget(parent) {

@@ -8,6 +8,7 @@
 #include <QWidget>
 #include <vector>
 
+#include "ui/pan_zoom_view.h"
 #include "ui/timeline_model.h"
 
 class QComboBox;
@@ -19,38 +20,25 @@ namespace engram::ui {
 
 class RetrievalMapView;
 
-class TimelineView : public QWidget {
+class TimelineView : public PanZoomView {
   Q_OBJECT
 
  public:
   explicit TimelineView(QWidget* parent = nullptr);
   void set_timeline(const RequestTimeline* timeline);  // keeps the pointer; nullptr clears
-  void fit();
-  void zoom(double factor, double anchor_x);
-  void pan(double dx_pixels);
+  void fit() override;
   double view_start_us() const { return view_start_; }
   double view_end_us() const { return view_end_; }
-  // The picture at `size` over the current view: for paintEvent and the exports.
-  void render_to(QPainter& painter, const QSize& size) const;
+  void render_to(QPainter& painter, const QSize& size) const override;
   QSize sizeHint() const override;
-  // Describes what lies under `pos` (interval or gap); empty when nothing.
-  QString describe_at(const QPoint& pos) const;
+  QString describe_at(const QPoint& pos) const override;
 
  protected:
-  void paintEvent(QPaintEvent* event) override;
-  void wheelEvent(QWheelEvent* event) override;
-  void mousePressEvent(QMouseEvent* event) override;
-  void mouseMoveEvent(QMouseEvent* event) override;
-  bool event(QEvent* event) override;
+  int plot_left() const override;
+  double min_span() const override { return 0.5; }  // µs
 
  private:
-  double x_of(double us, double width) const;
-  double us_of(double x, double width) const;
-
   const RequestTimeline* timeline_ = nullptr;
-  double view_start_ = 0;
-  double view_end_ = 1;
-  QPoint drag_from_;
 };
 
 class TimelinePanel : public QWidget {
