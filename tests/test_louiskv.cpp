@@ -159,7 +159,7 @@ class LouisKvTest : public QObject {
     LouisKvOptions o;
     o.tau = 0.7;
     LouisKvPolicy policy(o, settings(4, 8, 16, 0));
-    policy.begin_decode(1);
+    policy.begin_decode(1, 100, 10);
     const at::Tensor a = at::tensor({1.0f, 0.0f, 1.0f, 0.0f}).view({2, 2});
     const at::Tensor near = at::tensor({1.0f, 0.1f, 1.0f, 0.1f}).view({2, 2});
     const at::Tensor turn = at::tensor({0.0f, 1.0f, 0.0f, 1.0f}).view({2, 2});
@@ -170,11 +170,42 @@ class LouisKvTest : public QObject {
     QVERIFY(std::abs(policy.similarities()[0][1] - 0.0995f) < 1e-3f);
     o.stride = 3;
     LouisKvPolicy fixed(o, settings(4, 8, 16, 0));
-    fixed.begin_decode(1);
+    fixed.begin_decode(1, 100, 10);
     std::vector<bool> fired;
     for (int64_t step = 0; step < 7; ++step)
       fired.push_back(fixed.retrieve(0, step, step % 2 ? a : turn));
     QCOMPARE(fired, (std::vector<bool>{true, false, false, true, false, false, true}));
+  }
+
+  // Without `tau=` each request gets the paper's τ for its shape: 0.85 for a long input (a prompt
+  // of at least 4x the reply's room), 0.7 for a long output or both long; the rule uses it.
+  void tauFollowsTheRequestsShape() {
+    const auto by_shape = make_policy("louiskv:full_layers=0");
+    auto& p = dynamic_cast<LouisKvPolicy&>(*by_shape->decode_retrieval());
+    QVERIFY(p.options().tau_by_shape);
+    const auto tau_of = [&](int64_t prompt, int64_t max_new) {
+      p.begin_decode(1, prompt, max_new);
+      return p.boundary_threshold() == p.tau() ? p.tau() : -1.0;  // the map's τ is the rule's
+    };
+    QCOMPARE(tau_of(32768, 512), 0.85);  // long input
+    QCOMPARE(tau_of(2048, 512), 0.85);   // exactly 4x
+    QCOMPARE(tau_of(2047, 512), 0.7);
+    QCOMPARE(tau_of(500, 16384), 0.7);    // long output
+    QCOMPARE(tau_of(32768, 16384), 0.7);  // both long
+    // r ~ 0.78 between these two queries: a boundary under 0.85, none under 0.7.
+    const at::Tensor a = at::tensor({1.0f, 0.0f, 1.0f, 0.0f}).view({2, 2});
+    const at::Tensor b = at::tensor({1.0f, 0.8f, 1.0f, 0.8f}).view({2, 2});
+    p.begin_decode(1, 32768, 512);
+    QVERIFY(p.retrieve(0, 0, a));
+    QVERIFY(p.retrieve(0, 1, b));
+    p.begin_decode(1, 500, 16384);
+    QVERIFY(p.retrieve(0, 0, a));
+    QVERIFY(!p.retrieve(0, 1, b));
+    // A given τ stays whatever the shape.
+    const auto fixed = make_policy("louiskv:tau=50");
+    auto& f = dynamic_cast<LouisKvPolicy&>(*fixed->decode_retrieval());
+    f.begin_decode(1, 32768, 512);
+    QCOMPARE(f.tau(), 0.5);
   }
 
   void groupScoresAverageSoftmaxOverTheGroup() {
@@ -515,14 +546,17 @@ class LouisKvTest : public QObject {
 
   void registryBuildsAndComposes() {
     QCOMPARE(make_policy("louiskv")->spec(),
+             std::string("louiskv:sinks=64,window=256,budget=1024"));
+    QCOMPARE(make_policy("louiskv:tau=70")->spec(),
              std::string("louiskv:tau=70,sinks=64,window=256,budget=1024"));
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:tau=-5"), std::invalid_argument);
     QCOMPARE(make_policy("louiskv:tau=85,sinks=32,window=512,budget=512,stride=5")->spec(),
              std::string("louiskv:tau=85,sinks=32,window=512,budget=512,stride=5"));
     QCOMPARE(make_policy("pageretrieval:budget=256")->name(), std::string("pageretrieval"));
     auto composed = make_policy("streaming:sinks=8+louiskv:budget=128");
     QCOMPARE(composed->name(), std::string("streaming+louiskv"));
     QCOMPARE(composed->spec(),
-             std::string("streaming:sinks=8+louiskv:tau=70,sinks=64,window=256,budget=128"));
+             std::string("streaming:sinks=8+louiskv:sinks=64,window=256,budget=128"));
     QVERIFY(!composed->keeps_every_token());
     QVERIFY(make_policy("louiskv")->keeps_every_token());
     QVERIFY(make_policy("louiskv")->decode_retrieval() != nullptr);

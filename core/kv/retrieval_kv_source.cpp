@@ -61,7 +61,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
   kv_heads_ = working.shape().kv_heads;
   sinks_ = std::min(s.sinks, n);
   const int64_t prompt = n - sinks_;
-  policy_.begin_decode(layers);
+  policy_.begin_decode(layers, n, max_new_);
   layers_.resize(layers);
   if (layers > s.full_layers && prompt + max_new_ > 0) {
     // The pool: pages of the pinned tier (plain memory without CUDA), room for every layer's

@@ -51,15 +51,18 @@ PromptUnits units_from_assignment(const at::Tensor& keys, const at::Tensor& assi
 }
 
 LouisKvPolicy::LouisKvPolicy(LouisKvOptions options, RetrievalSettings settings)
-    : options_(options) {
+    : options_(options), tau_(options.tau_by_shape ? kLongOutputTau : options.tau) {
   settings_ = settings;
 }
 
 std::string LouisKvPolicy::spec() const {
-  std::string s = "louiskv:tau=" + std::to_string(std::lround(options_.tau * 100)) +
-                  ",sinks=" + std::to_string(settings_.sinks) +
-                  ",window=" + std::to_string(settings_.window) +
-                  ",budget=" + std::to_string(settings_.budget);
+  // Without `tau=` τ follows each request's shape.
+  std::string s =
+      "louiskv:" +
+      (options_.tau_by_shape ? std::string()
+                             : "tau=" + std::to_string(std::lround(options_.tau * 100)) + ",") +
+      "sinks=" + std::to_string(settings_.sinks) + ",window=" + std::to_string(settings_.window) +
+      ",budget=" + std::to_string(settings_.budget);
   if (options_.cluster_tokens != 16) s += ",cluster=" + std::to_string(options_.cluster_tokens);
   if (options_.stride > 0) s += ",stride=" + std::to_string(options_.stride);
   if (options_.moved_permille != LouisKvOptions{}.moved_permille)
@@ -71,7 +74,10 @@ std::string LouisKvPolicy::spec() const {
   return s;
 }
 
-void LouisKvPolicy::begin_decode(int64_t layers) {
+void LouisKvPolicy::begin_decode(int64_t layers, int64_t prompt_tokens, int64_t max_new_tokens) {
+  if (options_.tau_by_shape) {
+    tau_ = prompt_tokens >= kLongInputRatio * max_new_tokens ? kLongInputTau : kLongOutputTau;
+  }
   previous_q_.assign(layers, at::Tensor());
   similarity_.assign(layers, {});
   last_similarity_.assign(layers, std::numeric_limits<float>::quiet_NaN());
@@ -113,7 +119,7 @@ void LouisKvPolicy::retrieve_on_device(int64_t layer, const at::Tensor& step, co
   // The first call allocates the layer's previous queries (zeros: step 0 retrieves anyway); every
   // later one updates them in place, so a recorded step replays the same buffers.
   if (!previous.defined()) previous = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-  gpu::louiskv_decide(q, previous, step, options_.tau, options_.stride, decision);
+  gpu::louiskv_decide(q, previous, step, tau_, options_.stride, decision);
 }
 
 void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarity) {

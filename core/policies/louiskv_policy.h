@@ -18,6 +18,10 @@ namespace engram {
 
 struct LouisKvOptions {
   double tau = 0.7;
+  // The paper's τ for the request's shape instead of `tau` (the registry's default: a spec without
+  // `tau=`): 0.85 for a long input (a prompt of at least kLongInputRatio times the reply's room),
+  // 0.7 for a long output or both long (louiskv-paper §5: long input τ=0.85, long output 0.7).
+  bool tau_by_shape = false;
   int64_t cluster_tokens = 16;
   int64_t iterations = 20;
   int64_t stride = 0;  // 0: adaptive (semantic boundaries)
@@ -36,7 +40,7 @@ class LouisKvPolicy : public RetrievalPolicy {
   std::unique_ptr<RetrievalPolicy> clone() const override {
     return std::make_unique<LouisKvPolicy>(*this);
   }
-  void begin_decode(int64_t layers) override;
+  void begin_decode(int64_t layers, int64_t prompt_tokens, int64_t max_new_tokens) override;
   PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) override;
   at::Tensor unit_index(const at::Tensor& keys) const override;
   bool retrieve(int64_t layer, int64_t step, const at::Tensor& q) override;
@@ -48,17 +52,22 @@ class LouisKvPolicy : public RetrievalPolicy {
   }
   void similarity_seen(int64_t layer, int64_t step, float similarity) override;
   float last_similarity(int64_t layer) const override { return last_similarity_.at(layer); }
-  double boundary_threshold() const override { return options_.stride > 0 ? -1 : options_.tau; }
+  double boundary_threshold() const override { return options_.stride > 0 ? -1 : tau_; }
   using RetrievalPolicy::score;
   at::Tensor score(const at::Tensor& q, const at::Tensor& index,
                    const at::Tensor& live) const override;
 
   const LouisKvOptions& options() const { return options_; }
+  // The τ of the current request (options().tau, or the one for its shape).
+  double tau() const { return tau_; }
+  static constexpr int64_t kLongInputRatio = 4;
+  static constexpr double kLongInputTau = 0.85, kLongOutputTau = 0.7;
   // r_t of every (layer, step >= 1) so far, for the τ sweep and the panel.
   const std::vector<std::vector<float>>& similarities() const { return similarity_; }
 
  private:
   LouisKvOptions options_;
+  double tau_;
   std::vector<at::Tensor> previous_q_;  // per layer [Hq, d] f32
   std::vector<std::vector<float>> similarity_;
   std::vector<float> last_similarity_;  // per layer, NaN until an adaptive step after the first

@@ -18,7 +18,8 @@ class PageRetrievalPolicy : public RetrievalPolicy {
   std::unique_ptr<RetrievalPolicy> clone() const override {
     return std::make_unique<PageRetrievalPolicy>(*this);
   }
-  void begin_decode(int64_t /*layers*/) override {}
+  void begin_decode(int64_t /*layers*/, int64_t /*prompt_tokens*/,
+                    int64_t /*max_new_tokens*/) override {}
   PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) override;
   at::Tensor unit_index(const at::Tensor& keys) const override;
   bool retrieve(int64_t /*layer*/, int64_t /*step*/, const at::Tensor& /*q*/) override {

@@ -1,6 +1,7 @@
 #include "core/policies/policy_registry.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -118,9 +119,13 @@ std::unique_ptr<RetrievalPolicy> make_retrieval(const std::string& spec, const s
     return std::make_unique<PageRetrievalPolicy>(page, s);
   }
   LouisKvOptions o;
-  const int64_t tau = take(options, "tau", 70);
-  if (tau > 100) throw std::invalid_argument("policy '" + spec + "': tau is a percent, 0..100");
-  o.tau = static_cast<double>(tau) / 100.0;
+  // Without `tau=`, each request gets the paper's τ for its shape (long input 0.85, else 0.7).
+  constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+  const int64_t tau = take(options, "tau", kUnset);
+  if (tau != kUnset && (tau < 0 || tau > 100))
+    throw std::invalid_argument("policy '" + spec + "': tau is a percent, 0..100");
+  o.tau_by_shape = tau == kUnset;
+  if (!o.tau_by_shape) o.tau = static_cast<double>(tau) / 100.0;
   o.cluster_tokens = std::max<int64_t>(1, take(options, "cluster", o.cluster_tokens));
   o.iterations = take(options, "iterations", o.iterations);
   o.stride = take(options, "stride", 0);

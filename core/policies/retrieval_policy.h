@@ -69,8 +69,9 @@ class RetrievalPolicy {
   const RetrievalSettings& settings() const { return settings_; }
   RetrievalSettings& settings() { return settings_; }
 
-  // A new request: forget the previous token's queries.
-  virtual void begin_decode(int64_t layers) = 0;
+  // A new request of `prompt_tokens` in the working set and up to `max_new_tokens` decode steps:
+  // forget the previous token's queries (and pick what depends on the request's shape).
+  virtual void begin_decode(int64_t layers, int64_t prompt_tokens, int64_t max_new_tokens) = 0;
   // keys [H, N, d] after RoPE, the layer's retrievable prompt tokens (the sinks excluded).
   virtual PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) = 0;
   // The index of one unit of generated tokens leaving the local window: keys [H, n, d] -> [H, I].
