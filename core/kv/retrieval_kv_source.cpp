@@ -267,12 +267,13 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(false);
     ++stats_.retrievals;
     stats_.loaded_rows += l.retrieved * l.keys.size(1);
-    if (map_) map_->retrievals.push_back({step_, layer, l.retrieved, loaded_units(l)});
     if (trace) {
       trace->end(open, l.retrieved,
                  2 * l.retrieved * l.keys.size(1) * l.keys.size(3) *
                      static_cast<int64_t>(l.keys.element_size()));
     }
+    // Counted after the interval closed: the count waits for the device.
+    if (map_) map_->retrievals.push_back({step_, layer, l.retrieved, loaded_units(l)});
     if (policy_.page_tokens() == 0) l.segment_starts.push_back(l.local);
   }
   if (l.segment_starts.empty()) l.segment_starts.push_back(0);
