@@ -323,7 +323,9 @@ class LouisKvTest : public QObject {
     const Decoder& decoder = models_.decoder("llama-gqa");
     const auto prompt = test::token_ids(70, 3), fed = test::token_ids(1100, 4);
     const auto full = teacher_forced(decoder, prompt, fed, [](KvCache&) { return nullptr; });
-    LouisKvPolicy policy(every_step(), settings(4, 4, 2048, 0));
+    LouisKvOptions one_token_units = every_step();
+    one_token_units.min_segment_tokens = 1;  // a unit a step: past the first block soon
+    LouisKvPolicy policy(one_token_units, settings(4, 4, 2048, 0));
     int64_t built_bytes = 0;
     std::unique_ptr<RetrievalKvSource> seen;
     const auto got = teacher_forced(
@@ -491,6 +493,42 @@ class LouisKvTest : public QObject {
     QVERIFY(seen->stats().offloaded_units >= 3);
     QVERIFY(sizes.narrow(1, prompt_units, sizes.size(1) - prompt_units).eq(4).all().item<bool>());
     QCOMPARE(seen->stats().retrievals, int64_t{6});  // steps 0, 4, ..., 20
+  }
+
+  // A layer that retrieves at every token (stride 1) has one-token temporal segments; with
+  // `segment=4` they leave the window joined four at a time: a unit per four steps instead of
+  // one per step.
+  void shortSegmentsLeaveJoined() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const auto prompt = test::token_ids(40, 5), fed = test::token_ids(24, 6);
+    std::vector<int64_t> offloaded, units;
+    for (int64_t least : {1, 4}) {
+      LouisKvOptions o;
+      o.stride = 1;
+      o.min_segment_tokens = least;
+      LouisKvPolicy policy(o, settings(4, 8, 16, 1));
+      std::unique_ptr<RetrievalKvSource> seen;
+      (void)teacher_forced(
+          decoder, prompt, fed,
+          [&](KvCache& cache) {
+            return std::make_unique<RetrievalKvSource>(policy, cache, 24, nullptr);
+          },
+          &seen);
+      const int64_t prompt_units = (36 + 15) / 16;
+      const at::Tensor sizes = seen->unit_sizes(1);
+      const at::Tensor segments = sizes.narrow(1, prompt_units, sizes.size(1) - prompt_units);
+      QVERIFY(segments.size(1) > 0);
+      QVERIFY2(segments.eq(least).all().item<bool>(), "every segment left at the fewest tokens");
+      offloaded.push_back(seen->stats().offloaded_units);
+      QCOMPARE(seen->stats().retrievals, int64_t{24});  // every step retrieves either way
+    }
+    // The window of 8 fills at step 8: from then one unit a step, or one every four steps.
+    QCOMPARE(offloaded[0], int64_t{24 - 8});
+    QCOMPARE(offloaded[1], int64_t{(24 - 8 + 3) / 4});
+    QCOMPARE(make_policy("louiskv:segment=16")->spec(),
+             std::string("louiskv:sinks=64,window=256,budget=1024"));
+    QCOMPARE(make_policy("louiskv:segment=1")->spec(),
+             std::string("louiskv:sinks=64,window=256,budget=1024,segment=1"));
   }
 
   // The retrieval map a traced request gets (core/trace/retrieval_map.h): every retrieval at its

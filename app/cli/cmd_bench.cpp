@@ -202,6 +202,7 @@ int run_bench(int argc, char** argv) {
       out["loaded_rows_per_token"] =
           static_cast<double>(retrieval.loaded_rows) / static_cast<double>(retrieval.steps);
       out["device_kv_bytes"] = retrieval.device_kv_bytes;
+      out["offloaded_units"] = retrieval.offloaded_units;
       out["pool_bytes"] = retrieval.pool_bytes;
       // The source is built after the first token (k-means of every layer's prompt keys, unless
       // made beside the prefill: overlap), so the per-token latency above carries it; this one

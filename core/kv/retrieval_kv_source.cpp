@@ -288,8 +288,17 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
 void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   const RetrievalSettings& s = policy_.settings();
   const int64_t page = policy_.page_tokens();
-  // The oldest temporal segment; one that fills the whole window leaves in halves.
-  int64_t cut = page > 0 ? page : l.segment_starts.size() >= 2 ? l.segment_starts[1] : 0;
+  // The oldest temporal segment, joined with the next ones up to the first boundary at least
+  // min_segment_tokens() in (or the last boundary there is); one that fills the whole window
+  // leaves in halves.
+  int64_t cut = page;
+  if (page == 0) {
+    const int64_t least = std::max<int64_t>(1, policy_.min_segment_tokens());
+    for (size_t i = 1; i < l.segment_starts.size(); ++i) {
+      cut = l.segment_starts[i];
+      if (cut >= least) break;
+    }
+  }
   if (cut <= 0 || cut >= l.local) cut = std::max<int64_t>(1, l.local / 2);
   const int64_t local_begin = sinks_ + s.budget;
   const at::Tensor keys = l.keys.select(0, 0).narrow(1, local_begin, cut);  // [H, cut, d]

@@ -65,6 +65,8 @@ std::string LouisKvPolicy::spec() const {
       ",budget=" + std::to_string(settings_.budget);
   if (options_.cluster_tokens != 16) s += ",cluster=" + std::to_string(options_.cluster_tokens);
   if (options_.stride > 0) s += ",stride=" + std::to_string(options_.stride);
+  if (options_.min_segment_tokens != LouisKvOptions{}.min_segment_tokens)
+    s += ",segment=" + std::to_string(options_.min_segment_tokens);
   if (options_.moved_permille != LouisKvOptions{}.moved_permille)
     s += ",moved=" + std::to_string(options_.moved_permille);
   if (settings_.full_layers != 2) s += ",full_layers=" + std::to_string(settings_.full_layers);

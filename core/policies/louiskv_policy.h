@@ -25,6 +25,13 @@ struct LouisKvOptions {
   int64_t cluster_tokens = 16;
   int64_t iterations = 20;
   int64_t stride = 0;  // 0: adaptive (semantic boundaries)
+  // The fewest tokens of a temporal segment when it leaves the window (`segment=N`): shorter
+  // ones join the next up to a boundary (RetrievalPolicy::min_segment_tokens). 16, the paper's
+  // segment size (App. D.2's s; its fixed-stride baseline for long output): engram-tiny's first
+  // layers turn their queries at almost every token, and one-token units made the index grow by
+  // a unit a layer and step. engram-tiny, 4 x 512 tokens, B = 256: KL 0.0015 against 0.0016 with
+  // segment=1 (bench/results/2026-11-27-h100-louiskv-segments).
+  int64_t min_segment_tokens = 16;
   // k-means stops once a round moves at most this many keys per thousand to another cluster
   // (`moved=P`; 0: only when none moves, the rule until 2026-11-27), or after `iterations` rounds.
   // 1 %: on the 8B shape at 32K 3 rounds a layer instead of 11, the build 379 ms instead of 855,
@@ -47,6 +54,7 @@ class LouisKvPolicy : public RetrievalPolicy {
   bool decides_on_device() const override { return true; }
   void retrieve_on_device(int64_t layer, const at::Tensor& step, const at::Tensor& q,
                           at::Tensor& decision) override;
+  int64_t min_segment_tokens() const override { return options_.min_segment_tokens; }
   bool idle_at(int64_t step) const override {
     return options_.stride > 0 && step % options_.stride != 0;
   }

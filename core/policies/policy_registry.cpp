@@ -129,6 +129,7 @@ std::unique_ptr<RetrievalPolicy> make_retrieval(const std::string& spec, const s
   o.cluster_tokens = std::max<int64_t>(1, take(options, "cluster", o.cluster_tokens));
   o.iterations = take(options, "iterations", o.iterations);
   o.stride = take(options, "stride", 0);
+  o.min_segment_tokens = std::max<int64_t>(1, take(options, "segment", o.min_segment_tokens));
   o.moved_permille = std::clamp<int64_t>(take(options, "moved", o.moved_permille), 0, 1000);
   return std::make_unique<LouisKvPolicy>(o, s);
 }

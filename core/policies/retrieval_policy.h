@@ -113,6 +113,10 @@ class RetrievalPolicy {
   // How generated tokens leave the local window: 0 = whole temporal segments, split where the
   // layer retrieved (LouisKV); n > 0 = pages of n tokens (Quest).
   virtual int64_t page_tokens() const { return 0; }
+  // With segments: the fewest tokens a leaving unit holds; shorter segments leave joined with
+  // the next ones up to a boundary (a layer that retrieves at nearly every token would otherwise
+  // offload a unit of one token at nearly every step).
+  virtual int64_t min_segment_tokens() const { return 1; }
 
  protected:
   RetrievalSettings settings_;
