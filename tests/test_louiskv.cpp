@@ -86,6 +86,23 @@ GenerationOptions greedy(int64_t tokens) {
   return options;
 }
 
+// The source that served 24 teacher-forced decode tokens after a 40-token prompt on llama-gqa
+// (the temporal-segment tests: layer 1 retrieves, layer 0 keeps every token); `map_request` >= 0
+// records its retrieval map.
+std::unique_ptr<RetrievalKvSource> served_24_tokens(const Decoder& decoder, RetrievalPolicy& policy,
+                                                    int64_t map_request = -1) {
+  std::unique_ptr<RetrievalKvSource> seen;
+  (void)teacher_forced(
+      decoder, test::token_ids(40, 5), test::token_ids(24, 6),
+      [&](KvCache& cache) {
+        auto made = std::make_unique<RetrievalKvSource>(policy, cache, 24, nullptr);
+        if (map_request >= 0) made->record_map(map_request);
+        return made;
+      },
+      &seen);
+  return seen;
+}
+
 }  // namespace
 
 class LouisKvTest : public QObject {
@@ -474,18 +491,10 @@ class LouisKvTest : public QObject {
   }
 
   void temporalSegmentsSplitWhereTheLayerRetrieved() {
-    const Decoder& decoder = models_.decoder("llama-gqa");
-    const auto prompt = test::token_ids(40, 5), fed = test::token_ids(24, 6);
     LouisKvOptions o;
     o.stride = 4;  // boundaries at steps 0, 4, 8, ...: segments of 4 tokens
     LouisKvPolicy policy(o, settings(4, 8, 16, 1));
-    std::unique_ptr<RetrievalKvSource> seen;
-    (void)teacher_forced(
-        decoder, prompt, fed,
-        [&](KvCache& cache) {
-          return std::make_unique<RetrievalKvSource>(policy, cache, 24, nullptr);
-        },
-        &seen);
+    const auto seen = served_24_tokens(models_.decoder("llama-gqa"), policy);
     QVERIFY(!seen->unit_sizes(0).defined());  // layer 0 keeps every token
     const at::Tensor sizes = seen->unit_sizes(1);
     const int64_t prompt_units = (36 + 15) / 16;
@@ -499,21 +508,13 @@ class LouisKvTest : public QObject {
   // `segment=4` they leave the window joined four at a time: a unit per four steps instead of
   // one per step.
   void shortSegmentsLeaveJoined() {
-    const Decoder& decoder = models_.decoder("llama-gqa");
-    const auto prompt = test::token_ids(40, 5), fed = test::token_ids(24, 6);
-    std::vector<int64_t> offloaded, units;
+    std::vector<int64_t> offloaded;
     for (int64_t least : {1, 4}) {
       LouisKvOptions o;
       o.stride = 1;
       o.min_segment_tokens = least;
       LouisKvPolicy policy(o, settings(4, 8, 16, 1));
-      std::unique_ptr<RetrievalKvSource> seen;
-      (void)teacher_forced(
-          decoder, prompt, fed,
-          [&](KvCache& cache) {
-            return std::make_unique<RetrievalKvSource>(policy, cache, 24, nullptr);
-          },
-          &seen);
+      const auto seen = served_24_tokens(models_.decoder("llama-gqa"), policy);
       const int64_t prompt_units = (36 + 15) / 16;
       const at::Tensor sizes = seen->unit_sizes(1);
       const at::Tensor segments = sizes.narrow(1, prompt_units, sizes.size(1) - prompt_units);
@@ -536,20 +537,10 @@ class LouisKvTest : public QObject {
   // unit there: the prompt's clusters and the segments offloaded by then (one at steps 8, 12, 16
   // and 20: the 8-token window, split in segments of 4 at each stride-4 retrieval, is full).
   void retrievalMapRecordsWhatEachRetrievalLoaded() {
-    const Decoder& decoder = models_.decoder("llama-gqa");
-    const auto prompt = test::token_ids(40, 5), fed = test::token_ids(24, 6);
     LouisKvOptions o;
     o.stride = 4;
     LouisKvPolicy policy(o, settings(4, 8, 1000, 1));
-    std::unique_ptr<RetrievalKvSource> seen;
-    (void)teacher_forced(
-        decoder, prompt, fed,
-        [&](KvCache& cache) {
-          auto made = std::make_unique<RetrievalKvSource>(policy, cache, 24, nullptr);
-          made->record_map(5);
-          return made;
-        },
-        &seen);
+    const auto seen = served_24_tokens(models_.decoder("llama-gqa"), policy, 5);
     const RetrievalMap& map = *seen->map();
     QCOMPARE(map.request, int64_t{5});
     QCOMPARE(map.layers, int64_t{2});
