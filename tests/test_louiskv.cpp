@@ -532,6 +532,31 @@ class LouisKvTest : public QObject {
              std::string("louiskv:sinks=64,window=256,budget=1024,segment=1"));
   }
 
+  // host_index=1 keeps the units' index in page-locked host memory (the device reads it in place):
+  // the same replies and working set, through index growth (one-token segments), and none of the
+  // index in the device's bytes.
+  void indexInHostMemoryServesTheSameReply() {
+    const Decoder& decoder = models_.decoder("llama-gqa");
+    const ModelConfig& c = decoder.config();
+    const std::string spec = "louiskv:stride=1,segment=1,sinks=4,window=4,budget=64,full_layers=1";
+    auto on_device = make_policy(spec);
+    auto on_host = make_policy(spec + ",host_index=1");
+    QVERIFY(on_host->spec().find("host_index=1") != std::string::npos);
+    KvWorkingSet a(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    KvWorkingSet b(shape_of(c), 0, decoder.dtype(), decoder.device(), c.max_positions);
+    const auto prompt = test::token_ids(60, 9);
+    const GenerationResult ra = generate(decoder, *on_device, a, {}, prompt, greedy(300), {});
+    const GenerationResult rb = generate(decoder, *on_host, b, {}, prompt, greedy(300), {});
+    QCOMPARE(rb.tokens, ra.tokens);
+    QVERIFY(rb.retrieval.offloaded_units > 256);  // the index grew past its first block
+    // The device run's bytes hold its index (past one block of 256 units, f32 fixture); the host
+    // run's do not.
+    const int64_t block_bytes = 256 * c.num_kv_heads * c.head_dim * 4;
+    QVERIFY(ra.retrieval.device_kv_bytes - rb.retrieval.device_kv_bytes > block_bytes);
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      QVERIFY(a.cache().keys(l).equal(b.cache().keys(l)));
+  }
+
   // The retrieval map a traced request gets (core/trace/retrieval_map.h): every retrieval at its
   // step and layer with the rows and units it loaded. A budget that covers the pool loads every
   // unit there: the prompt's clusters and the segments offloaded by then (one at steps 8, 12, 16

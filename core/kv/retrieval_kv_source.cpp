@@ -130,7 +130,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.offsets = at::zeros_like(l.sizes);
     // In the keys' dtype: a bf16 model's f32 index was ~45 % of attention's device bytes
     // (8B shape, 32K prompt); scoring upcasts it.
-    l.index = at::zeros({heads, prompt_units + capacity, width}, keys.options());
+    l.index = new_index({heads, prompt_units + capacity, width}, keys.options());
     if (prompt_units > 0) {
       l.sizes.narrow(1, 0, prompt_units).copy_(units.sizes);
       l.offsets.narrow(1, 0, prompt_units).copy_(units.offsets);
@@ -144,7 +144,7 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.live.narrow(0, 0, prompt_units).fill_(true);
     l.retrieved_valid = at::zeros({s.budget}, keys.options().dtype(at::kBool));
     l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(true);
-    stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + bytes(l.index);
+    stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + index_device_bytes(l.index);
   }
   const auto on_device = at::TensorOptions().device(working.device());
   recorded_inputs_ = at::zeros({1 + layers}, on_device.dtype(at::kLong));
@@ -183,6 +183,18 @@ void RetrievalKvSource::write_rows(int64_t layer, int64_t first_row, const at::T
   const at::Tensor table = cuda ? host.to(keys.device(), /*non_blocking=*/true) : host;
   at::Tensor slab = pool_->slab(PageTier::kPinned);
   gpu::scatter_pages(slab, layer, keys, values, table[0], table[1], table[2], table[3]);
+}
+
+at::Tensor RetrievalKvSource::new_index(at::IntArrayRef sizes,
+                                        const at::TensorOptions& options) const {
+  if (!policy_.settings().index_on_host) return at::zeros(sizes, options);
+  at::Tensor host = gpu::empty_pinned(sizes, options.dtype().toScalarType());
+  host.zero_();
+  return gpu::device_view_of_pinned(host, options.device());
+}
+
+int64_t RetrievalKvSource::index_device_bytes(const at::Tensor& index) const {
+  return policy_.settings().index_on_host ? 0 : bytes(index);
 }
 
 void RetrievalKvSource::record_map(int64_t request) {
@@ -343,20 +355,25 @@ void RetrievalKvSource::grow_units(Layer& l) {
   const int64_t limit = l.prompt_units + max_new_ + 1;
   if (l.units >= limit) throw std::logic_error("retrieval: the pool is full");
   const int64_t capacity = std::min(limit, l.sizes.size(1) + kUnitBlock);
-  const auto grown = [&](const at::Tensor& t) {
+  const auto grown = [&](const at::Tensor& t, bool index = false) {
     const int64_t unit_dim = t.dim() == 1 ? 0 : 1;  // live is [units]; the rest [H, units, ...]
     std::vector<int64_t> sizes = t.sizes().vec();
     sizes[unit_dim] = capacity;
-    at::Tensor out = at::zeros(sizes, t.options());
+    at::Tensor out = index ? new_index(sizes, t.options()) : at::zeros(sizes, t.options());
     out.narrow(unit_dim, 0, t.size(unit_dim)).copy_(t);
     return out;
   };
-  stats_.device_kv_bytes -= bytes(l.index);
+  stats_.device_kv_bytes -= index_device_bytes(l.index);
   l.sizes = grown(l.sizes);
   l.offsets = grown(l.offsets);
-  l.index = grown(l.index);
+  at::Tensor index = grown(l.index, true);
+  // A host index's old block goes back to the pinned cache when it is dropped, and the cache does
+  // not see the device's reads of it (in place): the copy out of it finishes first (a growth is a
+  // block of 256 units).
+  if (policy_.settings().index_on_host) gpu::synchronize(index.device());
+  l.index = std::move(index);
   l.live = grown(l.live);
-  stats_.device_kv_bytes += bytes(l.index);
+  stats_.device_kv_bytes += index_device_bytes(l.index);
   ++recording_version_;  // a recording read the old tensors
 }
 

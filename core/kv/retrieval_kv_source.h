@@ -198,6 +198,10 @@ class RetrievalKvSource : public KvSource {
   std::vector<Layer> layers_;
   RetrievalStats stats_;
   int64_t kv_heads_ = 0;
+  // Zeros of `sizes` for a layer's index: on the device, or page-locked host memory the device
+  // reads in place (RetrievalSettings::index_on_host).
+  at::Tensor new_index(at::IntArrayRef sizes, const at::TensorOptions& options) const;
+  int64_t index_device_bytes(const at::Tensor& index) const;
   std::unique_ptr<RetrievalMap> map_;
   // Units the layer's last selection took rows from, summed over the KV heads (for the map).
   int64_t loaded_units(const Layer& l) const;

@@ -73,6 +73,7 @@ std::string LouisKvPolicy::spec() const {
   if (settings_.prompt_by_decode) s += ",prompt=1";
   if (settings_.offload >= 0) s += ",offload=" + std::to_string(settings_.offload);
   if (!settings_.overlap_prefill) s += ",overlap=0";
+  if (settings_.index_on_host) s += ",host_index=1";
   return s;
 }
 

@@ -112,6 +112,7 @@ std::unique_ptr<RetrievalPolicy> make_retrieval(const std::string& spec, const s
   s.prompt_by_decode = take(options, "prompt", 0) != 0;
   s.offload = std::clamp<int64_t>(take(options, "offload", -1), -1, 1);
   s.overlap_prefill = take(options, "overlap", 1) != 0;
+  s.index_on_host = take(options, "host_index", 0) != 0;
   if (name == "pageretrieval") {
     const int64_t page = std::max<int64_t>(1, take(options, "page", 16));
     if (page > s.window)

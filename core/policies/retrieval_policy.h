@@ -39,6 +39,12 @@ struct RetrievalSettings {
   // §4: "asynchronously with the prefill forward pass"; core/kv/prompt_units_beside_prefill.h),
   // not after the first token. False (`overlap=0`): after the first token, as before 2026-11-27.
   bool overlap_prefill = true;
+  // The units' index (a mean key per cluster and segment) in page-locked host memory that the
+  // device reads in place (`host_index=1`; louiskv-paper App. D.2's future work, "offloading KV
+  // cache indices to CPU DRAM") instead of device memory: its bytes leave the device's share (the
+  // segments' index was ~3.5 % of full KV's at 500 in / 16K out) and each scoring reads it over
+  // PCIe (a fixed stride scores only at its retrieval steps). Off CUDA, the same bookkeeping.
+  bool index_on_host = false;
 };
 
 // The layers that attend from retrieval's own region (those past the full layers), of `layers`.
