@@ -135,6 +135,10 @@ void DeviceTimeline::wait(int64_t mark) {
 }
 
 at::Tensor DeviceTimeline::copy_to_host(const at::Tensor& src) {
+  return copy_to_pinned(src);
+}
+
+at::Tensor copy_to_pinned(const at::Tensor& src) {
   if (!src.is_cuda()) return src;
   at::Tensor host = empty_pinned(src.sizes(), src.scalar_type());
   host.copy_(src, /*non_blocking=*/true);

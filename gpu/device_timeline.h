@@ -76,6 +76,10 @@ bool pinned_memory_available();
 // it alive. For a CPU device (or without CUDA), `pinned` itself.
 at::Tensor device_view_of_pinned(const at::Tensor& pinned, at::Device device);
 
+// `src` copied into pinned host memory behind the work enqueued so far, not waited for (read it
+// after a wait for that work); on the CPU `src` itself.
+at::Tensor copy_to_pinned(const at::Tensor& src);
+
 // Host indices on the device, uploaded through pinned memory without a wait: a pageable upload
 // makes PyTorch wait for the whole stream, which drains the device in the middle of its work.
 at::Tensor upload_indices(const std::vector<int64_t>& indices, at::Device device);

@@ -87,11 +87,14 @@ QSize RetrievalMapView::sizeHint() const {
 void RetrievalMapView::set_map(std::shared_ptr<const RetrievalMap> map) {
   map_ = std::move(map);
   index_.clear();
+  per_layer_.clear();
   if (map_) {
     index_.assign(static_cast<size_t>(map_->steps * map_->layers), -1);
+    per_layer_.assign(static_cast<size_t>(map_->layers), 0);
     for (size_t i = 0; i < map_->retrievals.size(); ++i) {
       const auto& r = map_->retrievals[i];
       index_[static_cast<size_t>(r.step * map_->layers + r.layer)] = static_cast<int32_t>(i);
+      ++per_layer_[static_cast<size_t>(r.layer)];
     }
   }
   fit();
@@ -235,10 +238,7 @@ void RetrievalMapView::render_to(QPainter& p, const QSize& size) const {
                  Qt::AlignLeft | Qt::AlignVCenter, tr("full"));
       continue;
     }
-    int64_t n = 0;
-    for (int64_t s = 0; s < m.steps; ++s)
-      n += index_[static_cast<size_t>(s * m.layers + layer)] >= 0 ? 1 : 0;
-    const double rate = double(n) / double(m.steps);
+    const double rate = double(per_layer_[static_cast<size_t>(layer)]) / double(m.steps);
     p.fillRect(QRectF(plot_end + 4, y + 2, 36 * rate, kRowHeight - 5), kRetrieval);
     p.drawText(QRectF(plot_end + 44, y, kRateWidth - 46, kRowHeight),
                Qt::AlignLeft | Qt::AlignVCenter, QString::number(rate, 'f', 2));
@@ -259,9 +259,7 @@ QString RetrievalMapView::describe_at(const QPoint& pos) const {
   const auto row = static_cast<int64_t>((pos.y() - kAxisHeight) / kRowHeight);
   if (pos.x() >= plot_end) {  // the rate column
     if (row >= m.layers || row < m.full_layers) return {};
-    int64_t n = 0;
-    for (int64_t s = 0; s < m.steps; ++s)
-      n += retrieval_at(s, row) ? 1 : 0;
+    const int64_t n = per_layer_[static_cast<size_t>(row)];
     return tr("layer %1: %2 retrievals in %3 decode steps (%4 a token)")
         .arg(row)
         .arg(n)

@@ -45,7 +45,8 @@ class RetrievalMapView : public PanZoomView {
 
  private:
   std::shared_ptr<const RetrievalMap> map_;
-  std::vector<int32_t> index_;  // [steps × layers]: the retrieval's index in map_, -1 for none
+  std::vector<int32_t> index_;      // [steps × layers]: the retrieval's index in map_, -1 for none
+  std::vector<int64_t> per_layer_;  // each layer's retrievals (the rate column)
 };
 
 }  // namespace engram::ui

@@ -232,12 +232,8 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   if (!picked.empty()) {
     // Through page-locked memory: a pageable copy stages the 14.7 MB of a 3B shrink twice.
     const at::Tensor on_device = picked.size() == 1 ? picked[0] : at::cat(picked);
-    at::Tensor all = on_device;
-    if (on_device.is_cuda()) {
-      all = gpu::empty_pinned(on_device.sizes(), at::kLong);
-      all.copy_(on_device, /*non_blocking=*/true);
-      gpu::synchronize(on_device.device());
-    }
+    const at::Tensor all = gpu::copy_to_pinned(on_device);
+    if (on_device.is_cuda()) gpu::synchronize(on_device.device());
     const int64_t* slot = all.data_ptr<int64_t>();
     for (int64_t l = 0; l < ws.layers; ++l) {
       plan.per_head[l].resize(ws.kv_heads);
