@@ -723,31 +723,43 @@ nlohmann::json check_louiskv_kernels(bool& ok) {
   return out;
 }
 // LouisKV's decision kernel (gpu/louiskv_scoring.h) against its reference body on the device:
-// r_t, the decision (adaptive and fixed stride, the first step) and the previous queries kept.
+// r_t, the decision (adaptive and fixed stride, the first step) and the previous queries kept;
+// with a layer's own τ (`rate=`), the τ each moves to.
 nlohmann::json check_louiskv_decide(bool& ok) {
   nlohmann::json out = nlohmann::json::array();
   const at::Device cuda(at::kCUDA, 0);
   at::manual_seed(11);
-  for (const int64_t stride : {0, 3}) {
+  for (const int64_t stride : {0, 3, -1}) {  // -1: adaptive with the layer's own τ
     for (const int64_t step : {0, 1, 6, 7}) {
       const at::Tensor q = at::randn({32, 128}).to(at::kBFloat16);
       const at::Tensor prev = at::randn({32, 128}) + q.to(at::kFloat) * 2;
       at::Tensor prev_ref = prev.clone(), prev_gpu = prev.to(cuda);
       at::Tensor d_ref = at::zeros({2}), d_gpu = at::zeros({2}).to(cuda);
       const at::Tensor step_t = at::full({1}, step, at::kLong);
-      gpu::louiskv_decide_reference(q, prev_ref, step_t, 0.9, stride, d_ref);
-      gpu::louiskv_decide(q.to(cuda), prev_gpu, step_t.to(cuda), 0.9, stride, d_gpu);
+      // τ 0.9 either way; the own one moves by +0.005 / -0.015 (rate 25 %, gain 0.02).
+      const gpu::LayerTau own_ref{at::full({1}, 0.9f), 0.005f, -0.015f};
+      const gpu::LayerTau own_gpu{own_ref.threshold.to(cuda), 0.005f, -0.015f};
+      const bool own = stride < 0;
+      gpu::louiskv_decide_reference(q, prev_ref, step_t, 0.9, std::max<int64_t>(0, stride), d_ref,
+                                    own ? &own_ref : nullptr);
+      gpu::louiskv_decide(q.to(cuda), prev_gpu, step_t.to(cuda), 0.9, std::max<int64_t>(0, stride),
+                          d_gpu, own ? &own_gpu : nullptr);
       const at::Tensor got = d_gpu.cpu();
       const bool pass = got[0].item<float>() == d_ref[0].item<float>() &&
                         std::abs(got[1].item<float>() - d_ref[1].item<float>()) < 1e-5f &&
-                        prev_gpu.cpu().equal(prev_ref);
+                        prev_gpu.cpu().equal(prev_ref) &&
+                        own_gpu.threshold.cpu().equal(own_ref.threshold);
       ok = ok && pass;
-      std::fprintf(stderr, "%s louiskv_decide stride=%lld step=%lld: r %.6f vs %.6f, retrieve %g\n",
+      std::fprintf(stderr,
+                   "%s louiskv_decide stride=%lld step=%lld: r %.6f vs %.6f, retrieve %g, τ %.4f\n",
                    pass ? "PASS" : "FAIL", static_cast<long long>(stride),
                    static_cast<long long>(step), got[1].item<float>(), d_ref[1].item<float>(),
-                   got[0].item<float>());
-      out.push_back(
-          {{"kernel", "louiskv_decide"}, {"stride", stride}, {"step", step}, {"pass", pass}});
+                   got[0].item<float>(), own_gpu.threshold.cpu().item<float>());
+      out.push_back({{"kernel", "louiskv_decide"},
+                     {"stride", stride},
+                     {"step", step},
+                     {"own_tau", own},
+                     {"pass", pass}});
     }
   }
   return out;

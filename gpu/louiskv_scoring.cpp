@@ -17,6 +17,13 @@ void check_decide(const at::Tensor& q, const at::Tensor& previous, const at::Ten
     throw std::invalid_argument("louiskv_decide: decision is [2] f32 beside q");
 }
 
+void check_layer_tau(const at::Tensor& q, const LayerTau* layer_tau) {
+  if (layer_tau &&
+      (layer_tau->threshold.numel() != 1 || layer_tau->threshold.scalar_type() != at::kFloat ||
+       layer_tau->threshold.device() != q.device()))
+    throw std::invalid_argument("louiskv_decide: a layer's τ is one f32 beside q");
+}
+
 void check_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
   if (q.dim() != 2 || index.dim() != 3 || index.size(2) != q.size(1) || index.size(0) == 0 ||
       q.size(0) % index.size(0) != 0 || !at::isFloatingType(index.scalar_type()))
@@ -29,14 +36,26 @@ void check_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor
 }  // namespace
 
 void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
-                              double tau, int64_t stride, at::Tensor& decision) {
+                              double tau, int64_t stride, at::Tensor& decision,
+                              const LayerTau* layer_tau) {
+  check_layer_tau(q, layer_tau);
   const at::Tensor current = q.to(at::kFloat);
   const at::Tensor r = at::cosine_similarity(current, previous, 1).mean();
   const at::Tensor now = step.reshape(at::IntArrayRef{});  // (view({}) would be a dtype view)
-  const at::Tensor boundary = stride > 0 ? now.remainder(stride).eq(0) : r.lt(tau);
+  const at::Tensor limit =
+      layer_tau ? layer_tau->threshold.reshape(at::IntArrayRef{}) : at::full({}, tau, r.options());
+  const at::Tensor below = r.lt(limit);
+  const at::Tensor boundary = stride > 0 ? now.remainder(stride).eq(0) : below;
   decision.select(0, 0).copy_(boundary.logical_or(now.eq(0)));
   decision.select(0, 1).copy_(r);
   previous.copy_(current);
+  if (layer_tau && stride == 0) {
+    // One f32 add of the step chosen on the host, as the kernel does: both paths keep equal bits.
+    const at::Tensor moved = (limit + at::where(below, at::full({}, layer_tau->down, r.options()),
+                                                at::full({}, layer_tau->up, r.options())))
+                                 .clamp(-1.0, kLayerTauCeiling);
+    layer_tau->threshold.copy_(at::where(now.gt(0), moved, limit).reshape({1}));
+  }
 }
 
 at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
@@ -61,19 +80,20 @@ at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at
 }
 
 void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step, double tau,
-                    int64_t stride, at::Tensor& decision) {
+                    int64_t stride, at::Tensor& decision, const LayerTau* layer_tau) {
   check_decide(q, previous, step, decision);
+  check_layer_tau(q, layer_tau);
 #ifdef ENGRAM_WITH_CUDA
   // The kernel reads f32, bf16 and f16 queries; any other dtype takes the reference.
   const at::ScalarType t = q.scalar_type();
   const bool kernel_dtype = t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
   if (q.is_cuda() && kernel_dtype && q.size(1) <= 256 && previous.is_contiguous() &&
       decision.is_contiguous()) {
-    louiskv_decide_cuda(q.contiguous(), previous, step, tau, stride, decision);
+    louiskv_decide_cuda(q.contiguous(), previous, step, tau, stride, decision, layer_tau);
     return;
   }
 #endif
-  louiskv_decide_reference(q, previous, step, tau, stride, decision);
+  louiskv_decide_reference(q, previous, step, tau, stride, decision, layer_tau);
 }
 
 }  // namespace engram::gpu

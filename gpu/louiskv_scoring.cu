@@ -25,7 +25,7 @@ __device__ float warp_sum(float v) {
 template <typename T>
 __global__ void louiskv_decide_kernel(const T* q, float* previous, const int64_t* step,
                                       int64_t heads, int64_t d, float tau, int64_t stride,
-                                      float* decision) {
+                                      float* decision, float* layer_tau, float up, float down) {
   __shared__ float partial[kWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float total = 0.f;
@@ -53,9 +53,13 @@ __global__ void louiskv_decide_kernel(const T* q, float* previous, const int64_t
       sum += partial[w];
     const float r = sum / static_cast<float>(heads);
     const int64_t now = *step;
-    const bool boundary = now == 0 || (stride > 0 ? now % stride == 0 : r < tau);
+    const float limit = layer_tau ? *layer_tau : tau;
+    const bool below = r < limit;
+    const bool boundary = now == 0 || (stride > 0 ? now % stride == 0 : below);
     decision[0] = boundary ? 1.f : 0.f;
     decision[1] = r;
+    if (layer_tau && stride == 0 && now > 0)
+      *layer_tau = fminf(fmaxf(limit + (below ? down : up), -1.f), kLayerTauCeiling);
   }
 }
 
@@ -73,14 +77,16 @@ void by_dtype(at::ScalarType t, F&& f) {
 }  // namespace
 
 void louiskv_decide_cuda(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
-                         double tau, int64_t stride, at::Tensor& decision) {
+                         double tau, int64_t stride, at::Tensor& decision,
+                         const LayerTau* layer_tau) {
   const int64_t heads = q.size(0), d = q.size(1);
   by_dtype(q.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     louiskv_decide_kernel<T><<<1, kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(
         reinterpret_cast<const T*>(q.data_ptr()), previous.data_ptr<float>(),
         step.data_ptr<int64_t>(), heads, d, static_cast<float>(tau), stride,
-        decision.data_ptr<float>());
+        decision.data_ptr<float>(), layer_tau ? layer_tau->threshold.data_ptr<float>() : nullptr,
+        layer_tau ? layer_tau->up : 0.f, layer_tau ? layer_tau->down : 0.f);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

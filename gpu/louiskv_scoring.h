@@ -8,6 +8,10 @@
 //   louiskv_decide: r = mean over query heads of cos(q_h, previous_h); decision[0] = 1 when
 //     step == 0 or (stride > 0 ? step % stride == 0 : r < tau), else 0; decision[1] = r;
 //     then previous = q. `step` is a one-element int64 tensor on q's device (no host sync).
+//     With a LayerTau the layer's τ is tau.threshold (one f32 on q's device) instead of `tau`,
+//     and after a compared step (step > 0, no stride) it moves by `up` when the layer did not
+//     retrieve and by `down` when it did (clamped to [-1, 1.01]): a quantile tracker that holds
+//     the layer's retrieval rate at `rate` with up = gain·rate, down = gain·(rate - 1).
 //   louiskv_scores: per KV head h and unit u, the mean over h's g query heads of
 //     softmax over the live units of q·index[h, u] / √d (group-consistent selection). A unit
 //     that is not live scores 0; at least one must be live.
@@ -25,17 +29,28 @@
 
 namespace engram::gpu {
 
+// A layer's τ stays in [-1, kLayerTauCeiling]: above 1 every step retrieves (r <= 1).
+constexpr float kLayerTauCeiling = 1.01f;
+
+// A layer's own τ, kept on the device so that a recorded step moves it without the host.
+struct LayerTau {
+  at::Tensor threshold;  // [1] f32
+  float up = 0, down = 0;
+};
+
 void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step, double tau,
-                    int64_t stride, at::Tensor& decision);
+                    int64_t stride, at::Tensor& decision, const LayerTau* layer_tau = nullptr);
 at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live);
 
 // The decision's reference body (any device, torch ops); louiskv_decide dispatches to it off CUDA.
 void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
-                              double tau, int64_t stride, at::Tensor& decision);
+                              double tau, int64_t stride, at::Tensor& decision,
+                              const LayerTau* layer_tau = nullptr);
 
 #ifdef ENGRAM_WITH_CUDA
 void louiskv_decide_cuda(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
-                         double tau, int64_t stride, at::Tensor& decision);
+                         double tau, int64_t stride, at::Tensor& decision,
+                         const LayerTau* layer_tau = nullptr);
 #endif
 
 }  // namespace engram::gpu

@@ -225,6 +225,64 @@ class LouisKvTest : public QObject {
     QCOMPARE(f.tau(), 0.5);
   }
 
+  // `rate=P`: each layer's τ tracks its own r_t so that it retrieves at ~P % of the steps, whether
+  // its queries turn at every token (layer 0 here: r_t ~ 0) or hardly ever (layer 1: r_t ~ 0.99),
+  // where one τ = 0.7 retrieves at every step of the first and at none of the second. The tracker
+  // moves τ by +gain·P a step without retrieval and by gain·(P - 1) a step with one, so over N
+  // compared steps the retrievals are P·N - (τ_N - τ_0) / gain exactly (in f32 rounding).
+  void eachLayerHoldsItsRate() {
+    at::manual_seed(21);
+    const int64_t steps = 600;
+    const at::Tensor base = at::randn({4, 32});
+    std::vector<at::Tensor> turning, settled;
+    for (int64_t t = 0; t < steps; ++t) {
+      turning.push_back(at::randn({4, 32}));
+      settled.push_back(base + 0.05 * at::randn({4, 32}));
+    }
+    const auto run = [&](int64_t rate, std::vector<double>* end_tau) {
+      LouisKvOptions o;
+      o.tau = 0.7;
+      o.rate_percent = rate;
+      LouisKvPolicy p(o, settings(4, 8, 16, 0));
+      p.begin_decode(2, 100, steps);
+      std::vector<int64_t> fired(4, 0);  // each layer's retrievals, then those of the second half
+      for (int64_t t = 0; t < steps; ++t) {
+        const bool a = p.retrieve(0, t, turning[static_cast<size_t>(t)]);
+        const bool b = p.retrieve(1, t, settled[static_cast<size_t>(t)]);
+        fired[0] += a;
+        fired[1] += b;
+        fired[2] += a && t >= steps / 2;
+        fired[3] += b && t >= steps / 2;
+      }
+      if (end_tau) *end_tau = {p.layer_tau(0), p.layer_tau(1)};
+      return fired;
+    };
+    const auto one_tau = run(0, nullptr);
+    QCOMPARE(one_tau[0], steps);  // r_t ~ 0 < 0.7 at every step
+    QCOMPARE(one_tau[1], 1);      // only the first step
+    std::vector<double> tau;
+    const auto own = run(25, &tau);
+    const double gain = LouisKvOptions::kRateGain;
+    for (int layer = 0; layer < 2; ++layer) {
+      // Step 0 always retrieves and does not move τ; steps 1..N-1 are compared.
+      const double compared = double(steps - 1);
+      const double expect = 0.25 * compared - (tau[layer] - 0.7) / gain;
+      QVERIFY2(std::abs(double(own[layer] - 1) - expect) < 0.05,
+               ("layer " + std::to_string(layer) + ": " + std::to_string(own[layer]) + " vs " +
+                std::to_string(expect))
+                   .c_str());
+      // Once settled (the second half), each layer retrieves at about the rate.
+      const double share = double(own[layer + 2]) / double(steps / 2);
+      QVERIFY2(share > 0.2 && share < 0.3, std::to_string(share).c_str());
+    }
+    QVERIFY(tau[0] < 0.3);   // moved down to the turning layer's r_t
+    QVERIFY(tau[1] > 0.95);  // and up to the settled one's
+    // The map has no single τ to draw against.
+    LouisKvOptions o;
+    o.rate_percent = 25;
+    QCOMPARE(LouisKvPolicy(o, settings(4, 8, 16, 0)).boundary_threshold(), -1.0);
+  }
+
   void groupScoresAverageSoftmaxOverTheGroup() {
     LouisKvPolicy policy(LouisKvOptions{}, settings(4, 8, 16, 0));
     at::manual_seed(5);
@@ -367,14 +425,16 @@ class LouisKvTest : public QObject {
     const Decoder& decoder = models_.decoder("llama-gqa");
     const auto prompt = test::token_ids(400, 7), fed = test::token_ids(96, 8);
     const auto n = static_cast<int64_t>(prompt.size()), steps = static_cast<int64_t>(fed.size());
-    for (int kind = 0; kind < 3; ++kind) {
+    // Kinds: 0 adaptive, 1 stride 4, 2 Quest, 3 adaptive with each layer's own τ (`rate=`).
+    for (int kind = 0; kind < 4; ++kind) {
       const auto make = [&]() -> std::unique_ptr<RetrievalPolicy> {
         LouisKvOptions o;
         // Adaptive, at a τ where some steps retrieve and some do not (this fixture's random weights
         // give r_t spread around 0).
         o.tau = 0.1;
         if (kind == 1) o.stride = 4;
-        if (kind < 2) return std::make_unique<LouisKvPolicy>(o, settings(16, 32, 128, 1));
+        if (kind == 3) o.rate_percent = 30;
+        if (kind != 2) return std::make_unique<LouisKvPolicy>(o, settings(16, 32, 128, 1));
         return std::make_unique<PageRetrievalPolicy>(8, settings(16, 32, 128, 1));
       };
       const std::string what = "kind " + std::to_string(kind);
@@ -451,7 +511,18 @@ class LouisKvTest : public QObject {
           }
         }
       } else {
-        QCOMPARE(map_a.tau, -1.0);  // a fixed stride and Quest do not follow r_t
+        QCOMPARE(map_a.tau, -1.0);  // a fixed stride, Quest and layers' own τ: no single τ
+      }
+      if (kind == 3) {
+        // Each layer's τ moved the same way on both paths.
+        const auto& pa = static_cast<LouisKvPolicy&>(*per_layer_policy);
+        const auto& pb = static_cast<LouisKvPolicy&>(*recorded_policy);
+        bool moved = false;
+        for (int64_t layer = 1; layer < decoder.config().num_layers; ++layer) {
+          QCOMPARE(pb.layer_tau(layer), pa.layer_tau(layer));
+          moved = moved || pa.layer_tau(layer) != 0.1;
+        }
+        QVERIFY(moved);
       }
       for (int64_t layer = 1; layer < decoder.config().num_layers; ++layer)
         QVERIFY(source.unit_sizes(layer).equal(per_layer->unit_sizes(layer)));
@@ -459,7 +530,7 @@ class LouisKvTest : public QObject {
       QCOMPARE(cache.lengths()[0], n + steps);
       // A fixed stride's idle steps replay a lean recording beside the full one.
       QCOMPARE(step.recordings(), kind == 1 ? int64_t{2} : int64_t{1});
-      if (kind == 0) {
+      if (kind == 0 || kind == 3) {
         // Mixed decisions, so the switch inside the recording is exercised both ways.
         const auto& r_a = static_cast<LouisKvPolicy&>(*per_layer_policy).similarities();
         QVERIFY2(b.retrievals > b.retrieval_layers && b.retrievals < steps * b.retrieval_layers,
@@ -615,6 +686,11 @@ class LouisKvTest : public QObject {
     QVERIFY(make_policy("louiskv")->keeps_every_token());
     QVERIFY(make_policy("louiskv")->decode_retrieval() != nullptr);
     QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:tau=170"), std::invalid_argument);
+    QCOMPARE(make_policy("louiskv:tau=70,rate=25")->spec(),
+             std::string("louiskv:tau=70,sinks=64,window=256,budget=1024,rate=25"));
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:rate=100"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:rate=-1"), std::invalid_argument);
+    QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:rate=25,stride=4"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("louiskv:sink=3"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("snapkv+streaming"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("louiskv+louiskv"), std::invalid_argument);

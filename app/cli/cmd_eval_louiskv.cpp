@@ -33,6 +33,7 @@ struct PolicyRow {
   std::string spec;
   int64_t budget = 0;
   double agree = 0, kl = 0, retrievals = 0, steps = 0, attention_tokens = 0;
+  std::vector<double> layer_retrievals;  // retrievals per token of each layer, summed over runs
   int64_t runs = 0;
 };
 
@@ -121,6 +122,10 @@ int run_eval_louiskv(int argc, char** argv) {
       row.agree += agree / static_cast<double>(step);
       row.kl += kl / static_cast<double>(step);
       row.retrievals += r.retrieval.retrievals_per_token();
+      const auto& by_layer = r.retrieval.layer_retrievals;
+      row.layer_retrievals.resize(std::max(row.layer_retrievals.size(), by_layer.size()), 0.0);
+      for (size_t i = 0; i < by_layer.size() && r.retrieval.steps > 0; ++i)
+        row.layer_retrievals[i] += double(by_layer[i]) / double(r.retrieval.steps);
       // KV tokens attention holds per (retrieval) layer at the end, as a share of full KV's.
       double held = context;
       if (RetrievalPolicy* retrieval = policy->decode_retrieval()) {
@@ -146,15 +151,26 @@ int run_eval_louiskv(int argc, char** argv) {
   out["policies"] = nlohmann::json::array();
   for (const PolicyRow& row : rows) {
     const double n = static_cast<double>(std::max<int64_t>(1, row.runs));
+    nlohmann::json by_layer = nlohmann::json::array();
+    std::string layers_text;
+    for (const double v : row.layer_retrievals) {
+      by_layer.push_back(v / n);
+      char cell[16];
+      std::snprintf(cell, sizeof cell, " %.2f", v / n);
+      layers_text += cell;
+    }
     out["policies"].push_back({{"policy", row.spec},
+                               {"retrievals_per_token_by_layer", by_layer},
                                {"kv_budget", row.budget},
                                {"next_token_agreement", row.agree / n},
                                {"kl_full_policy", row.kl / n},
                                {"retrievals_per_token", row.retrievals / n},
                                {"attention_kv_share", row.attention_tokens / n}});
-    std::fprintf(stderr, "%-58s agreement %.3f  KL %.4f  retrievals/token %.3f  KV share %.3f\n",
+    std::fprintf(stderr,
+                 "%-58s agreement %.3f  KL %.4f  retrievals/token %.3f  KV share %.3f%s%s\n",
                  (row.spec + (row.budget ? "@" + std::to_string(row.budget) : "")).c_str(),
-                 row.agree / n, row.kl / n, row.retrievals / n, row.attention_tokens / n);
+                 row.agree / n, row.kl / n, row.retrievals / n, row.attention_tokens / n,
+                 layers_text.empty() ? "" : "  by layer", layers_text.c_str());
   }
   emit_bench_report(out, args);
   return 0;

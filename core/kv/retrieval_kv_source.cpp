@@ -277,7 +277,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     l.retrieved = std::min(s.budget, l.pool_rows);
     l.valid.narrow(1, sinks_, l.retrieved).fill_(true);
     l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(false);
-    ++stats_.retrievals;
+    stats_.count_retrieval(layer);
     stats_.loaded_rows += l.retrieved * l.keys.size(1);
     if (trace) {
       trace->end(open, l.retrieved,
@@ -466,7 +466,7 @@ void RetrievalKvSource::after_recorded_step() {
     if (map_) map_->set_similarity(step_, li, policy_.last_similarity(li));
     if (d[2 * li] > 0) {
       l.retrieved = std::min(s.budget, l.pool_rows);
-      ++stats_.retrievals;
+      stats_.count_retrieval(li);
       stats_.loaded_rows += l.retrieved * l.keys.size(1);
       if (map_) map_->retrievals.push_back({step_, li, l.retrieved, loaded_units(l)});
       if (policy_.page_tokens() == 0) l.segment_starts.push_back(l.local);

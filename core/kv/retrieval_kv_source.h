@@ -50,7 +50,8 @@ namespace engram {
 struct RetrievalStats {
   int64_t steps = 0;
   int64_t retrieval_layers = 0;
-  int64_t retrievals = 0;       // (layer, step) pairs that retrieved
+  int64_t retrievals = 0;                 // (layer, step) pairs that retrieved
+  std::vector<int64_t> layer_retrievals;  // the same per layer (index = layer)
   int64_t loaded_rows = 0;      // rows copied from the pool, summed over layers and KV heads
   int64_t offloaded_units = 0;  // temporal segments / pages moved to the pool
   int64_t device_kv_bytes = 0;  // KV and indexes held on the compute device for attention
@@ -74,6 +75,10 @@ struct RetrievalStats {
     steps += o.steps;
     retrieval_layers = std::max(retrieval_layers, o.retrieval_layers);
     retrievals += o.retrievals;
+    if (layer_retrievals.size() < o.layer_retrievals.size())
+      layer_retrievals.resize(o.layer_retrievals.size(), 0);
+    for (size_t i = 0; i < o.layer_retrievals.size(); ++i)
+      layer_retrievals[i] += o.layer_retrievals[i];
     loaded_rows += o.loaded_rows;
     offloaded_units += o.offloaded_units;
     device_kv_bytes = std::max(device_kv_bytes, o.device_kv_bytes);
@@ -86,6 +91,13 @@ struct RetrievalStats {
     units_beside_prefill += o.units_beside_prefill;
     beside_prefill_ms += o.beside_prefill_ms;
     beside_prefill_wait_ms += o.beside_prefill_wait_ms;
+  }
+  // Counts one retrieval of `layer`.
+  void count_retrieval(int64_t layer) {
+    ++retrievals;
+    if (layer_retrievals.size() <= static_cast<size_t>(layer))
+      layer_retrievals.resize(static_cast<size_t>(layer) + 1, 0);
+    ++layer_retrievals[static_cast<size_t>(layer)];
   }
   // Retrievals per retrieval layer and decode step.
   double retrievals_per_token() const {

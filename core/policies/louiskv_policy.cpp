@@ -74,6 +74,7 @@ std::string LouisKvPolicy::spec() const {
   if (settings_.offload >= 0) s += ",offload=" + std::to_string(settings_.offload);
   if (!settings_.overlap_prefill) s += ",overlap=0";
   if (settings_.index_on_host) s += ",host_index=1";
+  if (options_.rate_percent > 0) s += ",rate=" + std::to_string(options_.rate_percent);
   return s;
 }
 
@@ -82,6 +83,7 @@ void LouisKvPolicy::begin_decode(int64_t layers, int64_t prompt_tokens, int64_t 
     tau_ = prompt_tokens >= kLongInputRatio * max_new_tokens ? kLongInputTau : kLongOutputTau;
   }
   previous_q_.assign(layers, at::Tensor());
+  layer_tau_.assign(layers, at::Tensor());
   similarity_.assign(layers, {});
   last_similarity_.assign(layers, std::numeric_limits<float>::quiet_NaN());
 }
@@ -122,7 +124,21 @@ void LouisKvPolicy::retrieve_on_device(int64_t layer, const at::Tensor& step, co
   // The first call allocates the layer's previous queries (zeros: step 0 retrieves anyway); every
   // later one updates them in place, so a recorded step replays the same buffers.
   if (!previous.defined()) previous = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
-  gpu::louiskv_decide(q, previous, step, tau_, options_.stride, decision);
+  if (options_.rate_percent == 0 || options_.stride > 0) {
+    gpu::louiskv_decide(q, previous, step, tau_, options_.stride, decision);
+    return;
+  }
+  at::Tensor& threshold = layer_tau_.at(layer);
+  if (!threshold.defined()) threshold = at::full({1}, tau_, q.options().dtype(at::kFloat));
+  const double rate = static_cast<double>(options_.rate_percent) / 100.0;
+  const gpu::LayerTau own{threshold, static_cast<float>(LouisKvOptions::kRateGain * rate),
+                          static_cast<float>(LouisKvOptions::kRateGain * (rate - 1.0))};
+  gpu::louiskv_decide(q, previous, step, tau_, options_.stride, decision, &own);
+}
+
+double LouisKvPolicy::layer_tau(int64_t layer) const {
+  const at::Tensor& own = layer_tau_.at(layer);
+  return own.defined() ? own.item<float>() : tau_;
 }
 
 void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarity) {

@@ -7,7 +7,11 @@
 // layer's units per query head, averaged over each GQA group (group-consistent selection).
 //
 // Engram's choices: the k-means starts from keys spread evenly over the prompt (deterministic, no
-// seed to carry); `stride=N` retrieves every N steps instead (the paper's fixed-stride ablation).
+// seed to carry); `stride=N` retrieves every N steps instead (the paper's fixed-stride ablation);
+// `rate=P` gives every layer its own τ, moved on the device so that the layer retrieves at about
+// P % of the tokens, at its own least similar ones (engram-tiny's shallow layers turn their
+// queries at almost every token and its deep ones rarely: one τ spends most retrievals on the
+// former, docs/louiskv.md "The retrieval map").
 #pragma once
 
 #include <vector>
@@ -37,6 +41,13 @@ struct LouisKvOptions {
   // 1 %: on the 8B shape at 32K 3 rounds a layer instead of 11, the build 379 ms instead of 855,
   // engram-tiny's fidelity unchanged (bench/results/2026-11-27-h100-louiskv-kmeans-stop).
   int64_t moved_permille = 10;
+  // `rate=P`: each layer's τ starts at the request's τ and tracks the P-th percentile of the
+  // layer's r_t (a quantile tracker: +gain·P/100 a step without retrieval, -gain·(1 - P/100) a
+  // step with one), so each layer retrieves at ~P % of the steps. 0: one τ for every layer.
+  int64_t rate_percent = 0;
+  // The tracker's step: τ moves by at most this much a token (engram-tiny's r_t spreads over
+  // ~0.35 between 30 % and 98 % of the steps, so from τ = 0.7 a layer settles in tens of steps).
+  static constexpr double kRateGain = 0.02;
 };
 
 class LouisKvPolicy : public RetrievalPolicy {
@@ -60,7 +71,10 @@ class LouisKvPolicy : public RetrievalPolicy {
   }
   void similarity_seen(int64_t layer, int64_t step, float similarity) override;
   float last_similarity(int64_t layer) const override { return last_similarity_.at(layer); }
-  double boundary_threshold() const override { return options_.stride > 0 ? -1 : tau_; }
+  // One τ for the map's tooltips; none with a fixed stride or a τ of each layer's own.
+  double boundary_threshold() const override {
+    return options_.stride > 0 || options_.rate_percent > 0 ? -1 : tau_;
+  }
   using RetrievalPolicy::score;
   at::Tensor score(const at::Tensor& q, const at::Tensor& index,
                    const at::Tensor& live) const override;
@@ -68,6 +82,8 @@ class LouisKvPolicy : public RetrievalPolicy {
   const LouisKvOptions& options() const { return options_; }
   // The τ of the current request (options().tau, or the one for its shape).
   double tau() const { return tau_; }
+  // The layer's τ now: its own with `rate=`, else tau(). Reads the device (a sync).
+  double layer_tau(int64_t layer) const;
   static constexpr int64_t kLongInputRatio = 4;
   static constexpr double kLongInputTau = 0.85, kLongOutputTau = 0.7;
   // r_t of every (layer, step >= 1) so far, for the τ sweep and the panel.
@@ -77,6 +93,7 @@ class LouisKvPolicy : public RetrievalPolicy {
   LouisKvOptions options_;
   double tau_;
   std::vector<at::Tensor> previous_q_;  // per layer [Hq, d] f32
+  std::vector<at::Tensor> layer_tau_;   // per layer [1] f32 with `rate=`, beside the queries
   std::vector<std::vector<float>> similarity_;
   std::vector<float> last_similarity_;  // per layer, NaN until an adaptive step after the first
 };

@@ -132,6 +132,12 @@ std::unique_ptr<RetrievalPolicy> make_retrieval(const std::string& spec, const s
   o.stride = take(options, "stride", 0);
   o.min_segment_tokens = std::max<int64_t>(1, take(options, "segment", o.min_segment_tokens));
   o.moved_permille = std::clamp<int64_t>(take(options, "moved", o.moved_permille), 0, 1000);
+  o.rate_percent = take(options, "rate", 0);
+  if (o.rate_percent < 0 || o.rate_percent >= 100)
+    throw std::invalid_argument("policy '" + spec +
+                                "': rate is a percent of the tokens, 1..99 (0: one τ)");
+  if (o.rate_percent > 0 && o.stride > 0)
+    throw std::invalid_argument("policy '" + spec + "': rate= or stride=, not both");
   return std::make_unique<LouisKvPolicy>(o, s);
 }
 
