@@ -245,6 +245,12 @@ class LouisKvTest : public QObject {
       o.rate_percent = rate;
       LouisKvPolicy p(o, settings(4, 8, 16, 0));
       p.begin_decode(2, 100, steps);
+      const auto next_request = [&] {
+        // What a layer learned carries over to the policy's next request (a chat's next turn).
+        const double learned = p.layer_tau(0);
+        p.begin_decode(2, 100, steps);
+        QCOMPARE(p.layer_tau(0), learned);
+      };
       std::vector<int64_t> fired(4, 0);  // each layer's retrievals, then those of the second half
       for (int64_t t = 0; t < steps; ++t) {
         const bool a = p.retrieve(0, t, turning[static_cast<size_t>(t)]);
@@ -255,6 +261,7 @@ class LouisKvTest : public QObject {
         fired[3] += b && t >= steps / 2;
       }
       if (end_tau) *end_tau = {p.layer_tau(0), p.layer_tau(1)};
+      next_request();
       return fired;
     };
     const auto one_tau = run(0, nullptr);
@@ -280,7 +287,19 @@ class LouisKvTest : public QObject {
     // The map has no single τ to draw against.
     LouisKvOptions o;
     o.rate_percent = 25;
-    QCOMPARE(LouisKvPolicy(o, settings(4, 8, 16, 0)).boundary_threshold(), -1.0);
+    LouisKvPolicy p(o, settings(4, 8, 16, 0));
+    QCOMPARE(p.boundary_threshold(), -1.0);
+    // A clone moves its own τ, not the original's (the kernel updates it in place).
+    p.begin_decode(1, 100, steps);
+    for (int64_t t = 0; t < 5; ++t)
+      (void)p.retrieve(0, t, turning[static_cast<size_t>(t)]);
+    const double before = p.layer_tau(0);
+    const auto copy = p.clone();
+    copy->begin_decode(1, 100, steps);
+    for (int64_t t = 0; t < 5; ++t)
+      (void)copy->retrieve(0, t, turning[static_cast<size_t>(t)]);
+    QVERIFY(static_cast<LouisKvPolicy&>(*copy).layer_tau(0) < before);
+    QCOMPARE(p.layer_tau(0), before);
   }
 
   void groupScoresAverageSoftmaxOverTheGroup() {

@@ -78,12 +78,24 @@ std::string LouisKvPolicy::spec() const {
   return s;
 }
 
+std::unique_ptr<RetrievalPolicy> LouisKvPolicy::clone() const {
+  auto copy = std::make_unique<LouisKvPolicy>(*this);
+  // The device state is updated in place: a clone gets its own.
+  for (auto* states : {&copy->previous_q_, &copy->layer_tau_}) {
+    for (at::Tensor& t : *states)
+      if (t.defined()) t = t.clone();
+  }
+  return copy;
+}
+
 void LouisKvPolicy::begin_decode(int64_t layers, int64_t prompt_tokens, int64_t max_new_tokens) {
   if (options_.tau_by_shape) {
     tau_ = prompt_tokens >= kLongInputRatio * max_new_tokens ? kLongInputTau : kLongOutputTau;
   }
   previous_q_.assign(layers, at::Tensor());
-  layer_tau_.assign(layers, at::Tensor());
+  // Each layer's own τ carries over to the next request (a chat's next turn): how often a layer's
+  // queries turn is the model's, and a short request would otherwise spend itself settling.
+  if (layer_tau_.size() != static_cast<size_t>(layers)) layer_tau_.assign(layers, at::Tensor());
   similarity_.assign(layers, {});
   last_similarity_.assign(layers, std::numeric_limits<float>::quiet_NaN());
 }
@@ -129,7 +141,8 @@ void LouisKvPolicy::retrieve_on_device(int64_t layer, const at::Tensor& step, co
     return;
   }
   at::Tensor& threshold = layer_tau_.at(layer);
-  if (!threshold.defined()) threshold = at::full({1}, tau_, q.options().dtype(at::kFloat));
+  if (!threshold.defined() || threshold.device() != q.device())
+    threshold = at::full({1}, tau_, q.options().dtype(at::kFloat));
   const double rate = static_cast<double>(options_.rate_percent) / 100.0;
   const gpu::LayerTau own{threshold, static_cast<float>(LouisKvOptions::kRateGain * rate),
                           static_cast<float>(LouisKvOptions::kRateGain * (rate - 1.0))};

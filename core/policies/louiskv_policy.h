@@ -44,6 +44,7 @@ struct LouisKvOptions {
   // `rate=P`: each layer's τ starts at the request's τ and tracks the P-th percentile of the
   // layer's r_t (a quantile tracker: +gain·P/100 a step without retrieval, -gain·(1 - P/100) a
   // step with one), so each layer retrieves at ~P % of the steps. 0: one τ for every layer.
+  // A layer's τ carries over to the policy's next request (a chat's next turn).
   int64_t rate_percent = 0;
   // The tracker's step: τ moves by at most this much a token (engram-tiny's r_t spreads over
   // ~0.35 between 30 % and 98 % of the steps, so from τ = 0.7 a layer settles in tens of steps).
@@ -55,9 +56,7 @@ class LouisKvPolicy : public RetrievalPolicy {
   explicit LouisKvPolicy(LouisKvOptions options, RetrievalSettings settings);
   std::string name() const override { return "louiskv"; }
   std::string spec() const override;
-  std::unique_ptr<RetrievalPolicy> clone() const override {
-    return std::make_unique<LouisKvPolicy>(*this);
-  }
+  std::unique_ptr<RetrievalPolicy> clone() const override;
   void begin_decode(int64_t layers, int64_t prompt_tokens, int64_t max_new_tokens) override;
   PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) override;
   at::Tensor unit_index(const at::Tensor& keys) const override;
