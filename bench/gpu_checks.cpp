@@ -765,6 +765,50 @@ nlohmann::json check_louiskv_decide(bool& ok) {
   return out;
 }
 
+// LouisKV's unit scores (two CUDA launches) against the torch reference on the device: a bf16 and
+// an f32 index, a narrowed index (its head stride longer than its units), dead units, groups of
+// 4 and 5 query heads; an `enabled` that says true changes nothing.
+nlohmann::json check_louiskv_scores(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  const at::Device cuda(at::kCUDA, 0);
+  at::manual_seed(12);
+  struct Case {
+    int64_t heads, group, units, capacity, d;
+    at::ScalarType index_dtype;
+  };
+  for (const Case c :
+       {Case{8, 4, 2048, 2048, 128, at::kBFloat16}, Case{8, 4, 1000, 1280, 128, at::kBFloat16},
+        Case{8, 5, 333, 512, 128, at::kFloat}, Case{2, 4, 40, 64, 64, at::kBFloat16}}) {
+    const at::Tensor q = at::randn({c.heads * c.group, c.d}).to(cuda).to(at::kBFloat16);
+    const at::Tensor block =
+        (at::randn({c.heads, c.capacity, c.d}) * 0.5).to(cuda).to(c.index_dtype);
+    const at::Tensor index = block.narrow(1, 0, c.units);
+    at::Tensor live = at::rand({c.capacity}).gt(0.2).to(cuda);
+    live.select(0, 0).fill_(true);
+    live = live.narrow(0, 0, c.units);
+    const at::Tensor on = at::ones({1}, at::TensorOptions().dtype(at::kBool).device(cuda));
+    const at::Tensor expect = gpu::louiskv_scores_reference(q, index, live);
+    const at::Tensor got = gpu::louiskv_scores(q, index, live);
+    const at::Tensor got_on = gpu::louiskv_scores(q, index, live, on);
+    const double diff = (got - expect).abs().max().item<double>();
+    const double scale = expect.abs().max().item<double>();
+    const bool pass = diff <= 1e-5 * std::max(1.0, scale) + 1e-7 && got_on.equal(got) &&
+                      got.sum(1).sub(1).abs().max().item<double>() < 1e-4;
+    ok = ok && pass;
+    std::fprintf(
+        stderr, "%s louiskv_scores H=%lld g=%lld U=%lld (of %lld) d=%lld %s: max diff %.3g\n",
+        pass ? "PASS" : "FAIL", static_cast<long long>(c.heads), static_cast<long long>(c.group),
+        static_cast<long long>(c.units), static_cast<long long>(c.capacity),
+        static_cast<long long>(c.d), c.index_dtype == at::kFloat ? "f32" : "bf16", diff);
+    out.push_back({{"kernel", "louiskv_scores"},
+                   {"units", c.units},
+                   {"group", c.group},
+                   {"max_diff", diff},
+                   {"pass", pass}});
+  }
+  return out;
+}
+
 // Token ids first + (i * stride) % 30000 for i < n: a spread of a random-weight model's vocabulary.
 std::vector<int64_t> spread_ids(int64_t n, int64_t first, int64_t stride) {
   std::vector<int64_t> ids(static_cast<size_t>(n));
@@ -1747,6 +1791,7 @@ int main(int argc, char** argv) {
   };
   if (only == "recorded_retrieval") {
     out["louiskv_decide"] = check_louiskv_decide(ok);
+    out["louiskv_scores"] = check_louiskv_scores(ok);
     // Three times: a race between the recording and the host work around it would show as a
     // run that differs.
     for (int rep = 0; rep < 3; ++rep)
@@ -1804,6 +1849,7 @@ int main(int argc, char** argv) {
   };
   guarded("louiskv_kernels", "louiskv kernels", [&] { return check_louiskv_kernels(ok); });
   guarded("louiskv_decide", "louiskv decide", [&] { return check_louiskv_decide(ok); });
+  guarded("louiskv_scores", "louiskv scores", [&] { return check_louiskv_scores(ok); });
   out["pinned_host_source"] = check_pinned_source(shape, prefix, tokens, ok);
   out["paged_pool"] = check_page_pool(ok);
   out["batched_recorded_step"] = check_batched_step(ok);

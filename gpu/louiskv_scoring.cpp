@@ -58,7 +58,8 @@ void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const a
   }
 }
 
-at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live) {
+at::Tensor louiskv_scores_reference(const at::Tensor& q, const at::Tensor& index,
+                                    const at::Tensor& live) {
   check_scores(q, index, live);
   const int64_t heads = index.size(0), d = q.size(1);
   const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, d});  // [H, g, d]
@@ -77,6 +78,27 @@ at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at
   // Callers keep at least one unit live, so no softmax is over -inf alone.
   if (live.defined()) logits = at::where(live, logits, -INFINITY);
   return logits.softmax(-1).mean(1);  // [H, U]
+}
+
+at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+                          const at::Tensor& enabled) {
+  check_scores(q, index, live);
+  if (enabled.defined() && (enabled.numel() != 1 || enabled.scalar_type() != at::kBool ||
+                            enabled.device() != index.device()))
+    throw std::invalid_argument("louiskv_scores: `enabled` is one bool beside the index");
+#ifdef ENGRAM_WITH_CUDA
+  const auto kernel_dtype = [](at::ScalarType t) {
+    return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+  };
+  const int64_t d = q.size(1), group = q.size(0) / index.size(0);
+  if (index.is_cuda() && q.device() == index.device() && kernel_dtype(q.scalar_type()) &&
+      kernel_dtype(index.scalar_type()) && group <= kMaxScoreGroup && d <= 512 &&
+      q.is_contiguous() && index.stride(2) == 1 && index.stride(1) == d &&
+      (!live.defined() || live.is_contiguous()))
+    return louiskv_scores_cuda(q, index, live, enabled);
+#endif
+  // The reference scores whatever `enabled` says: the scores are then unspecified anyway.
+  return louiskv_scores_reference(q, index, live);
 }
 
 void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step, double tau,

@@ -63,6 +63,92 @@ __global__ void louiskv_decide_kernel(const T* q, float* previous, const int64_t
   }
 }
 
+// Scores in two launches that a recorded step can switch off (`enabled`): the logits of every
+// (KV head, query head of its group, unit), a warp a unit, then per KV head the softmax over the
+// units of each query head and their mean. (A single kernel with a block per KV head was 8x slower
+// than the torch ops: 8 blocks on a 132-SM card.)
+constexpr int kUnitsPerBlock = 32;
+
+template <typename TQ, typename TI>
+__global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_head_stride,
+                                   const bool* live, const bool* enabled, int64_t group,
+                                   int64_t units, int64_t d, float scale, float* logits) {
+  if (enabled && !*enabled) return;   // the layer decided on the device not to retrieve
+  extern __shared__ float group_q[];  // [group, d] of this KV head, in f32
+  const int64_t h = blockIdx.y;
+  for (int64_t i = threadIdx.x; i < group * d; i += blockDim.x)
+    group_q[i] = to_f(q[h * group * d + i]);
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock;
+  const int64_t end = first + kUnitsPerBlock < units ? first + kUnitsPerBlock : units;
+  for (int64_t u = first + warp; u < end; u += kWarps) {
+    const TI* key = index + h * index_head_stride + u * d;
+    float acc[kMaxScoreGroup];
+#pragma unroll
+    for (int j = 0; j < kMaxScoreGroup; ++j)
+      acc[j] = 0.f;
+    for (int64_t i = lane; i < d; i += 32) {
+      const float k = to_f(key[i]);
+#pragma unroll
+      for (int j = 0; j < kMaxScoreGroup; ++j)
+        if (j < group) acc[j] += group_q[j * d + i] * k;
+    }
+    const bool alive = live == nullptr || live[u];
+#pragma unroll
+    for (int j = 0; j < kMaxScoreGroup; ++j) {
+      if (j >= group) break;
+      const float dot = warp_sum(acc[j]);
+      if (lane == 0) logits[(h * group + j) * units + u] = alive ? dot * scale : -INFINITY;
+    }
+  }
+}
+
+__device__ float block_reduce(float v, bool take_max, float* scratch) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float other = __shfl_xor_sync(0xffffffff, v, offset);
+    v = take_max ? fmaxf(v, other) : v + other;
+  }
+  __syncthreads();  // scratch may still be read from the previous reduction
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float all = scratch[0];
+  for (int w = 1; w < kWarps; ++w)
+    all = take_max ? fmaxf(all, scratch[w]) : all + scratch[w];
+  return all;
+}
+
+__global__ void unit_softmax_mean_kernel(const float* logits, const bool* enabled, int64_t group,
+                                         int64_t units, float* scores) {
+  if (enabled && !*enabled) return;
+  __shared__ float scratch[kWarps];
+  __shared__ float peak[kMaxScoreGroup], total[kMaxScoreGroup];
+  const int64_t h = blockIdx.x;
+  for (int64_t j = 0; j < group; ++j) {
+    const float* row = logits + (h * group + j) * units;
+    float m = -INFINITY;
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x)
+      m = fmaxf(m, row[u]);
+    m = block_reduce(m, true, scratch);
+    float sum = 0.f;
+    for (int64_t u = threadIdx.x; u < units; u += blockDim.x)
+      sum += expf(row[u] - m);
+    sum = block_reduce(sum, false, scratch);
+    if (threadIdx.x == 0) {
+      peak[j] = m;
+      total[j] = sum;
+    }
+  }
+  __syncthreads();
+  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
+    float mean = 0.f;
+    for (int64_t j = 0; j < group; ++j)
+      mean += expf(logits[(h * group + j) * units + u] - peak[j]) / total[j];
+    scores[h * units + u] = mean / static_cast<float>(group);
+  }
+}
+
 template <typename F>
 void by_dtype(at::ScalarType t, F&& f) {
   if (t == at::kFloat) {
@@ -89,6 +175,34 @@ void louiskv_decide_cuda(const at::Tensor& q, at::Tensor& previous, const at::Te
         layer_tau ? layer_tau->up : 0.f, layer_tau ? layer_tau->down : 0.f);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor louiskv_scores_cuda(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+                               const at::Tensor& enabled) {
+  const int64_t heads = index.size(0), units = index.size(1), d = q.size(1);
+  const int64_t group = q.size(0) / heads;
+  const auto f32 = index.options().dtype(at::kFloat);
+  at::Tensor logits = at::empty({heads, group, units}, f32);
+  at::Tensor scores = at::empty({heads, units}, f32);
+  const bool* on = enabled.defined() ? enabled.data_ptr<bool>() : nullptr;
+  const auto stream = at::cuda::getCurrentCUDAStream();
+  by_dtype(q.scalar_type(), [&](auto q_tag) {
+    by_dtype(index.scalar_type(), [&](auto index_tag) {
+      using TQ = decltype(q_tag);
+      using TI = decltype(index_tag);
+      const dim3 grid(static_cast<unsigned>((units + kUnitsPerBlock - 1) / kUnitsPerBlock),
+                      static_cast<unsigned>(heads));
+      unit_logits_kernel<TQ, TI><<<grid, kThreads, group * d * sizeof(float), stream>>>(
+          reinterpret_cast<const TQ*>(q.data_ptr()), reinterpret_cast<const TI*>(index.data_ptr()),
+          index.stride(0), live.defined() ? live.data_ptr<bool>() : nullptr, on, group, units, d,
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), logits.data_ptr<float>());
+    });
+  });
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  unit_softmax_mean_kernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(
+      logits.data_ptr<float>(), on, group, units, scores.data_ptr<float>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return scores;
 }
 
 }  // namespace engram::gpu

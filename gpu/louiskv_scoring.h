@@ -1,8 +1,10 @@
 // LouisKV's two per-layer computations for one decode token (louiskv-paper §4.2, App. B), shared
 // by the per-layer path and the recorded decode step so that both decide and rank alike.
 // louiskv_decide is one CUDA launch (as torch ops it was ~12 small kernels per layer inside the
-// recorded step); louiskv_scores is torch ops (bmm, softmax, mean: a first fused kernel with one
-// block per KV head was 8x slower than them on the H100,
+// recorded step); louiskv_scores is two CUDA launches, the logits a warp a unit and the softmax
+// mean a block a KV head, which the layer's decision can switch off (the torch ops it replaces,
+// now the reference, ran at every step of a recorded step whether the layer retrieved or not; a
+// first fused kernel with one block per KV head had been 8x slower than them on the H100,
 // bench/results/2026-11-26-h100-louiskv-recorded).
 //
 //   louiskv_decide: r = mean over query heads of cos(q_h, previous_h); decision[0] = 1 when
@@ -14,7 +16,10 @@
 //     the layer's retrieval rate at `rate` with up = gain·rate, down = gain·(rate - 1).
 //   louiskv_scores: per KV head h and unit u, the mean over h's g query heads of
 //     softmax over the live units of q·index[h, u] / √d (group-consistent selection). A unit
-//     that is not live scores 0; at least one must be live.
+//     that is not live scores 0; at least one must be live. `enabled` (optional, one bool on the
+//     device): when false the CUDA kernels do nothing and the scores are unspecified (a recorded
+//     step scores at every step and lets the layer's decision switch the work off, as the
+//     selection and the gather do).
 //
 // Shapes: q [Hq, d] (f32/bf16/f16, Hq = g·H), previous [Hq, d] f32, decision [2] f32,
 // index [H, U, d] any float dtype (scored in f32), live [U] bool or undefined (every unit). Scores
@@ -40,7 +45,13 @@ struct LayerTau {
 
 void louiskv_decide(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step, double tau,
                     int64_t stride, at::Tensor& decision, const LayerTau* layer_tau = nullptr);
-at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live);
+at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+                          const at::Tensor& enabled = {});
+at::Tensor louiskv_scores_reference(const at::Tensor& q, const at::Tensor& index,
+                                    const at::Tensor& live);
+
+// The CUDA scores take groups of at most this many query heads a KV head and d <= 512.
+constexpr int64_t kMaxScoreGroup = 16;
 
 // The decision's reference body (any device, torch ops); louiskv_decide dispatches to it off CUDA.
 void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
@@ -51,6 +62,8 @@ void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const a
 void louiskv_decide_cuda(const at::Tensor& q, at::Tensor& previous, const at::Tensor& step,
                          double tau, int64_t stride, at::Tensor& decision,
                          const LayerTau* layer_tau = nullptr);
+at::Tensor louiskv_scores_cuda(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+                               const at::Tensor& enabled);
 #endif
 
 }  // namespace engram::gpu

@@ -342,7 +342,8 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
 void RetrievalKvSource::load_retrieved(int64_t layer, Layer& l, const at::Tensor& queries,
                                        const at::Tensor& table, const at::Tensor& enabled) {
   const int64_t budget = policy_.settings().budget, u = l.scored_units;
-  const at::Tensor scores = policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u));
+  const at::Tensor scores =
+      policy_.score(queries, l.index.narrow(1, 0, u), l.live.narrow(0, 0, u), enabled);
   const at::Tensor rows = gpu::budgeted_select_rows(scores, l.sizes.narrow(1, 0, u),
                                                     l.offsets.narrow(1, 0, u), budget, enabled);
   l.selected_rows = rows;

@@ -162,8 +162,8 @@ void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarit
 }
 
 at::Tensor LouisKvPolicy::score(const at::Tensor& q, const at::Tensor& index,
-                                const at::Tensor& live) const {
-  return gpu::louiskv_scores(q, index, live);
+                                const at::Tensor& live, const at::Tensor& enabled) const {
+  return gpu::louiskv_scores(q, index, live, enabled);
 }
 
 }  // namespace engram

@@ -75,8 +75,8 @@ class LouisKvPolicy : public RetrievalPolicy {
     return options_.stride > 0 || options_.rate_percent > 0 ? -1 : tau_;
   }
   using RetrievalPolicy::score;
-  at::Tensor score(const at::Tensor& q, const at::Tensor& index,
-                   const at::Tensor& live) const override;
+  at::Tensor score(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+                   const at::Tensor& enabled) const override;
 
   const LouisKvOptions& options() const { return options_; }
   // The τ of the current request (options().tau, or the one for its shape).

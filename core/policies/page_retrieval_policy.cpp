@@ -48,8 +48,9 @@ at::Tensor PageRetrievalPolicy::unit_index(const at::Tensor& keys) const {
   return at::cat({std::get<0>(k.min(1)), std::get<0>(k.max(1))}, -1);
 }
 
-at::Tensor PageRetrievalPolicy::score(const at::Tensor& q, const at::Tensor& index,
-                                      const at::Tensor& live) const {
+at::Tensor PageRetrievalPolicy::score(
+    const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+    const at::Tensor& /*enabled: Quest retrieves at every step*/) const {
   const int64_t heads = index.size(0), d = q.size(1);
   const at::Tensor grouped = q.to(at::kFloat).view({heads, -1, 1, d});  // [H, g, 1, d]
   const at::Tensor kmin = index.narrow(-1, 0, d).unsqueeze(1);          // [H, 1, U, d]

@@ -31,8 +31,8 @@ class PageRetrievalPolicy : public RetrievalPolicy {
     decision.select(0, 0).fill_(1);  // every step
   }
   using RetrievalPolicy::score;
-  at::Tensor score(const at::Tensor& q, const at::Tensor& index,
-                   const at::Tensor& live) const override;
+  at::Tensor score(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+                   const at::Tensor& enabled) const override;
   int64_t page_tokens() const override { return page_; }
 
  private:

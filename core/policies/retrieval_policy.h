@@ -111,11 +111,13 @@ class RetrievalPolicy {
   // Scores [H, U] f32 of units from q [H * g, d] and index [H, U, I]; higher is kept first.
   // `live` (optional, [U] bool): only those units exist; the rest score -inf (a recorded step
   // scores a fixed capacity of units, of which the first ones are in use).
+  // `enabled` (optional, one bool on the device): the layer's device decision; a policy may skip
+  // the work when it says false (the scores are then unspecified: nothing is selected from them).
   at::Tensor score(const at::Tensor& q, const at::Tensor& index) const {
-    return score(q, index, at::Tensor());
+    return score(q, index, at::Tensor(), at::Tensor());
   }
-  virtual at::Tensor score(const at::Tensor& q, const at::Tensor& index,
-                           const at::Tensor& live) const = 0;
+  virtual at::Tensor score(const at::Tensor& q, const at::Tensor& index, const at::Tensor& live,
+                           const at::Tensor& enabled) const = 0;
   // How generated tokens leave the local window: 0 = whole temporal segments, split where the
   // layer retrieved (LouisKV); n > 0 = pages of n tokens (Quest).
   virtual int64_t page_tokens() const { return 0; }
