@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "gpu/env_flag.h"
+
 namespace engram::gpu {
 namespace {
 
@@ -91,10 +93,11 @@ at::Tensor louiskv_scores(const at::Tensor& q, const at::Tensor& index, const at
     return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
   };
   const int64_t d = q.size(1), group = q.size(0) / index.size(0);
-  if (index.is_cuda() && q.device() == index.device() && kernel_dtype(q.scalar_type()) &&
-      kernel_dtype(index.scalar_type()) && group <= kMaxScoreGroup && d <= 512 &&
-      q.is_contiguous() && index.stride(2) == 1 && index.stride(1) == d &&
-      (!live.defined() || live.is_contiguous()))
+  static const bool torch_scores = env_flag("ENGRAM_TORCH_SCORES");  // the peer in benchmarks
+  if (index.is_cuda() && !torch_scores && q.device() == index.device() &&
+      kernel_dtype(q.scalar_type()) && kernel_dtype(index.scalar_type()) &&
+      group <= kMaxScoreGroup && d <= 512 && q.is_contiguous() && index.stride(2) == 1 &&
+      index.stride(1) == d && (!live.defined() || live.is_contiguous()))
     return louiskv_scores_cuda(q, index, live, enabled);
 #endif
   // The reference scores whatever `enabled` says: the scores are then unspecified anyway.

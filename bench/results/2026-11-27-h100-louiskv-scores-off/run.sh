@@ -3,8 +3,9 @@
 # selection and the gather already were), instead of torch ops that ran at every recorded step:
 # every GPU check (the scores against their torch reference among them), then the runs of
 # ../2026-11-27-h100-louiskv-layer-rate (llama3.1-8b shape, random weights, bf16) again: per-token
-# latency, retrievals per token and device KV at 32K in / 512 out and 500 in / 4,096 out, one τ,
-# rate=25, rate=10, stride 16 and full KV in the same call.
+# latency, retrievals per token and device KV at 32K in / 512 out (one τ, rate=25, rate=10, stride
+# 16, full KV) and 500 in / 4,096 out (rate=25, full KV) in the same call, and one τ and rate=10 again with the
+# torch scores (ENGRAM_TORCH_SCORES=1, the path before) as the peer.
 #   ENGRAM_COMMIT=<sha> OUT=<dir> bash bench/results/2026-11-27-h100-louiskv-scores-off/run.sh
 set -uo pipefail
 SECONDS=0
@@ -16,7 +17,7 @@ echo "built at ${SECONDS}s"
 $B/bench/engram-gpu-checks --json $R/gpu_checks.json > $R/gpu_checks.log 2>&1
 echo "gpu checks rc=$? PASS $(grep -c PASS $R/gpu_checks.log) FAIL $(grep -c FAIL $R/gpu_checks.log) at ${SECONDS}s"
 grep FAIL $R/gpu_checks.log | head
-grep "louiskv_decide" $R/gpu_checks.log
+grep "louiskv_scores" $R/gpu_checks.log
 run() {  # name tokens decode spec
   timeout 150 $CLI bench decode --shape llama3.1-8b --device cuda --dtype bf16 --tokens $2 \
     --decode-tokens $3 --repeat 1 --policy "$4" --json $R/$1.json > $R/$1.log 2>&1
@@ -28,9 +29,13 @@ run in32k-full 32768 512 "full"
 for spec in "louiskv" "louiskv:rate=25" "louiskv:rate=10" "louiskv:stride=16"; do
   run in32k-$(echo "$spec" | tr ':=,' '---') 32768 512 "$spec"
 done
-run in500-out4k-full 500 4096 "full"
-for spec in "louiskv" "louiskv:rate=25"; do
-  run in500-out4k-$(echo "$spec" | tr ':=,' '---') 500 4096 "$spec"
+# The same build with the torch scores (the path before), as the peer.
+export ENGRAM_TORCH_SCORES=1
+for spec in "louiskv" "louiskv:rate=10"; do
+  run in32k-torch-scores-$(echo "$spec" | tr ':=,' '---') 32768 512 "$spec"
 done
+unset ENGRAM_TORCH_SCORES
+run in500-out4k-full 500 4096 "full"
+run in500-out4k-louiskv-rate-25 500 4096 "louiskv:rate=25"
 rm -f $R/build.log
 tar -C /tmp -czf $OUT/o.tar.gz o
