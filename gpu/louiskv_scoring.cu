@@ -63,90 +63,108 @@ __global__ void louiskv_decide_kernel(const T* q, float* previous, const int64_t
   }
 }
 
-// Scores in two launches that a recorded step can switch off (`enabled`): the logits of every
-// (KV head, query head of its group, unit), a warp a unit, then per KV head the softmax over the
-// units of each query head and their mean. (A single kernel with a block per KV head was 8x slower
-// than the torch ops: 8 blocks on a 132-SM card.)
-constexpr int kUnitsPerBlock = 32;
+// Scores in two launches that a recorded step can switch off (`enabled`), both spread over the
+// units (a first fused kernel with one block per KV head was 8x slower than torch ops, and a
+// softmax pass with a block per KV head cost more than the torch ops it replaced: 8 blocks on a
+// 132-SM card). 1: a block takes 32 units of one KV head, a warp a unit: the logits of each query
+// head of the group, and the block's max and sum of exp for each query head (online softmax
+// partials). 2: a block takes 256 units of one KV head, combines the partials of every block of
+// the head (a warp a query head) and writes each unit's mean over the group of its softmax.
+constexpr int kUnitsPerBlock = 32;  // = a warp's lanes: the partials are a warp reduction
+constexpr int kMeanUnitsPerBlock = kThreads;
 
 template <typename TQ, typename TI>
 __global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_head_stride,
                                    const bool* live, const bool* enabled, int64_t group,
-                                   int64_t units, int64_t d, float scale, float* logits) {
+                                   int64_t units, int64_t d, float scale, float* logits,
+                                   float* partial_max, float* partial_sum) {
   if (enabled && !*enabled) return;   // the layer decided on the device not to retrieve
   extern __shared__ float group_q[];  // [group, d] of this KV head, in f32
-  const int64_t h = blockIdx.y;
+  __shared__ float block_logits[kMaxScoreGroup][kUnitsPerBlock];
+  const int64_t h = blockIdx.y, blocks = gridDim.x;
   for (int64_t i = threadIdx.x; i < group * d; i += blockDim.x)
     group_q[i] = to_f(q[h * group * d + i]);
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock;
-  const int64_t end = first + kUnitsPerBlock < units ? first + kUnitsPerBlock : units;
-  for (int64_t u = first + warp; u < end; u += kWarps) {
+  for (int k = warp; k < kUnitsPerBlock; k += kWarps) {
+    const int64_t u = first + k;
+    if (u >= units) {
+      for (int j = lane; j < group; j += 32)
+        block_logits[j][k] = -INFINITY;
+      continue;
+    }
     const TI* key = index + h * index_head_stride + u * d;
     float acc[kMaxScoreGroup];
 #pragma unroll
     for (int j = 0; j < kMaxScoreGroup; ++j)
       acc[j] = 0.f;
     for (int64_t i = lane; i < d; i += 32) {
-      const float k = to_f(key[i]);
+      const float kv = to_f(key[i]);
 #pragma unroll
       for (int j = 0; j < kMaxScoreGroup; ++j)
-        if (j < group) acc[j] += group_q[j * d + i] * k;
+        if (j < group) acc[j] += group_q[j * d + i] * kv;
     }
     const bool alive = live == nullptr || live[u];
 #pragma unroll
     for (int j = 0; j < kMaxScoreGroup; ++j) {
       if (j >= group) break;
       const float dot = warp_sum(acc[j]);
-      if (lane == 0) logits[(h * group + j) * units + u] = alive ? dot * scale : -INFINITY;
+      const float logit = alive ? dot * scale : -INFINITY;
+      if (lane == 0) {
+        logits[(h * group + j) * units + u] = logit;
+        block_logits[j][k] = logit;
+      }
+    }
+  }
+  __syncthreads();
+  // A warp a query head, a lane a unit: the block's max and sum of exp (0 when none is live).
+  for (int64_t j = warp; j < group; j += kWarps) {
+    const float v = block_logits[j][lane];
+    float m = v;
+    for (int offset = 16; offset > 0; offset /= 2)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, offset));
+    const float e = m == -INFINITY ? 0.f : expf(v - m);
+    const float sum = warp_sum(e);
+    if (lane == 0) {
+      partial_max[(h * group + j) * blocks + blockIdx.x] = m;
+      partial_sum[(h * group + j) * blocks + blockIdx.x] = sum;
     }
   }
 }
 
-__device__ float block_reduce(float v, bool take_max, float* scratch) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const float other = __shfl_xor_sync(0xffffffff, v, offset);
-    v = take_max ? fmaxf(v, other) : v + other;
-  }
-  __syncthreads();  // scratch may still be read from the previous reduction
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float all = scratch[0];
-  for (int w = 1; w < kWarps; ++w)
-    all = take_max ? fmaxf(all, scratch[w]) : all + scratch[w];
-  return all;
-}
-
-__global__ void unit_softmax_mean_kernel(const float* logits, const bool* enabled, int64_t group,
-                                         int64_t units, float* scores) {
+__global__ void unit_softmax_mean_kernel(const float* logits, const float* partial_max,
+                                         const float* partial_sum, int64_t partials,
+                                         const bool* enabled, int64_t group, int64_t units,
+                                         float* scores) {
   if (enabled && !*enabled) return;
-  __shared__ float scratch[kWarps];
   __shared__ float peak[kMaxScoreGroup], total[kMaxScoreGroup];
-  const int64_t h = blockIdx.x;
-  for (int64_t j = 0; j < group; ++j) {
-    const float* row = logits + (h * group + j) * units;
+  const int64_t h = blockIdx.y;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t j = warp; j < group; j += kWarps) {
+    const float* pm = partial_max + (h * group + j) * partials;
+    const float* ps = partial_sum + (h * group + j) * partials;
     float m = -INFINITY;
-    for (int64_t u = threadIdx.x; u < units; u += blockDim.x)
-      m = fmaxf(m, row[u]);
-    m = block_reduce(m, true, scratch);
+    for (int64_t b = lane; b < partials; b += 32)
+      m = fmaxf(m, pm[b]);
+    for (int offset = 16; offset > 0; offset /= 2)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, offset));
     float sum = 0.f;
-    for (int64_t u = threadIdx.x; u < units; u += blockDim.x)
-      sum += expf(row[u] - m);
-    sum = block_reduce(sum, false, scratch);
-    if (threadIdx.x == 0) {
+    for (int64_t b = lane; b < partials; b += 32)
+      sum += pm[b] == -INFINITY ? 0.f : ps[b] * expf(pm[b] - m);
+    sum = warp_sum(sum);
+    if (lane == 0) {
       peak[j] = m;
       total[j] = sum;
     }
   }
   __syncthreads();
-  for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
-    float mean = 0.f;
-    for (int64_t j = 0; j < group; ++j)
-      mean += expf(logits[(h * group + j) * units + u] - peak[j]) / total[j];
-    scores[h * units + u] = mean / static_cast<float>(group);
-  }
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * kMeanUnitsPerBlock + threadIdx.x;
+  if (u >= units) return;
+  float mean = 0.f;
+  for (int64_t j = 0; j < group; ++j)
+    mean += expf(logits[(h * group + j) * units + u] - peak[j]) / total[j];
+  scores[h * units + u] = mean / static_cast<float>(group);
 }
 
 template <typename F>
@@ -181,26 +199,33 @@ at::Tensor louiskv_scores_cuda(const at::Tensor& q, const at::Tensor& index, con
                                const at::Tensor& enabled) {
   const int64_t heads = index.size(0), units = index.size(1), d = q.size(1);
   const int64_t group = q.size(0) / heads;
+  const int64_t blocks = (units + kUnitsPerBlock - 1) / kUnitsPerBlock;
   const auto f32 = index.options().dtype(at::kFloat);
   at::Tensor logits = at::empty({heads, group, units}, f32);
+  at::Tensor partials = at::empty({2, heads, group, blocks}, f32);  // max, sum of exp
   at::Tensor scores = at::empty({heads, units}, f32);
   const bool* on = enabled.defined() ? enabled.data_ptr<bool>() : nullptr;
   const auto stream = at::cuda::getCurrentCUDAStream();
+  float* partial_max = partials.data_ptr<float>();
+  float* partial_sum = partial_max + heads * group * blocks;
   by_dtype(q.scalar_type(), [&](auto q_tag) {
     by_dtype(index.scalar_type(), [&](auto index_tag) {
       using TQ = decltype(q_tag);
       using TI = decltype(index_tag);
-      const dim3 grid(static_cast<unsigned>((units + kUnitsPerBlock - 1) / kUnitsPerBlock),
-                      static_cast<unsigned>(heads));
+      const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
       unit_logits_kernel<TQ, TI><<<grid, kThreads, group * d * sizeof(float), stream>>>(
           reinterpret_cast<const TQ*>(q.data_ptr()), reinterpret_cast<const TI*>(index.data_ptr()),
           index.stride(0), live.defined() ? live.data_ptr<bool>() : nullptr, on, group, units, d,
-          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), logits.data_ptr<float>());
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), logits.data_ptr<float>(),
+          partial_max, partial_sum);
     });
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  unit_softmax_mean_kernel<<<static_cast<unsigned>(heads), kThreads, 0, stream>>>(
-      logits.data_ptr<float>(), on, group, units, scores.data_ptr<float>());
+  const dim3 grid(static_cast<unsigned>((units + kMeanUnitsPerBlock - 1) / kMeanUnitsPerBlock),
+                  static_cast<unsigned>(heads));
+  unit_softmax_mean_kernel<<<grid, kThreads, 0, stream>>>(logits.data_ptr<float>(), partial_max,
+                                                          partial_sum, blocks, on, group, units,
+                                                          scores.data_ptr<float>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return scores;
 }
