@@ -533,15 +533,40 @@ class LouisKvTest : public QObject {
         QCOMPARE(map_a.tau, -1.0);  // a fixed stride, Quest and layers' own τ: no single τ
       }
       if (kind == 3) {
-        // Each layer's τ moved the same way on both paths.
+        // Each layer's τ moved the same way on both paths, and the host's replay of the decisions
+        // ends on the device's bits.
         const auto& pa = static_cast<LouisKvPolicy&>(*per_layer_policy);
         const auto& pb = static_cast<LouisKvPolicy&>(*recorded_policy);
         bool moved = false;
         for (int64_t layer = 1; layer < decoder.config().num_layers; ++layer) {
           QCOMPARE(pb.layer_tau(layer), pa.layer_tau(layer));
+          QCOMPARE(double(pa.layer_tau_on_host(layer)), pa.layer_tau(layer));
+          QCOMPARE(double(pb.layer_tau_on_host(layer)), pb.layer_tau(layer));
           moved = moved || pa.layer_tau(layer) != 0.1;
         }
         QVERIFY(moved);
+        // Both maps hold each layer's τ at every compared step, the same on both paths, and a
+        // layer retrieved exactly where r_t fell below its own τ of that step.
+        QCOMPARE(map_a.threshold.size(), map_a.similarity.size());
+        QCOMPARE(map_b.threshold.size(), map_a.threshold.size());
+        for (int64_t step = 0; step < steps; ++step) {
+          for (int64_t layer = 1; layer < map_a.layers; ++layer) {
+            const float t = map_a.threshold_at(step, layer), r = map_a.similarity_at(step, layer);
+            QCOMPARE(std::isnan(t), step == 0);
+            QCOMPARE(std::isnan(map_b.threshold_at(step, layer)), step == 0);
+            if (step == 0) continue;
+            QCOMPARE(map_b.threshold_at(step, layer), t);
+            bool retrieved = false;
+            for (const auto& e : map_a.retrievals)
+              retrieved = retrieved || (e.step == step && e.layer == layer);
+            QCOMPARE(retrieved, r < t);
+          }
+        }
+        const RetrievalMap back = parse_retrieval_map(to_json_line(map_a));
+        QCOMPARE(back.threshold.size(), map_a.threshold.size());
+        QCOMPARE(back.threshold_at(steps - 1, 1), map_a.threshold_at(steps - 1, 1));
+      } else {
+        QVERIFY(map_a.threshold.empty());
       }
       for (int64_t layer = 1; layer < decoder.config().num_layers; ++layer)
         QVERIFY(source.unit_sizes(layer).equal(per_layer->unit_sizes(layer)));

@@ -482,6 +482,16 @@ class UiTimelineTest : public QObject {
     QVERIFY2(line.contains(QStringLiteral("from 2.8 units a head")), qPrintable(line));
     QVERIFY2(line.contains(QStringLiteral("r_t < τ = 0.50 at 1 of 2 compared steps")),
              qPrintable(line));
+    // Each layer its own τ (LouisKV's rate=): the summary counts r_t against the step's own τ.
+    RetrievalMap own = m;
+    own.tau = -1;
+    own.set_threshold(1, 1, 0.3f);   // 0.4 is not below: no boundary
+    own.set_threshold(2, 1, 0.95f);  // 0.9 is
+    QCOMPARE(own.threshold_at(2, 1), 0.95f);
+    const QString own_line = engram::ui::describe_retrieval_map(own);
+    QVERIFY2(own_line.contains(QStringLiteral("each layer its own τ: r_t below it at 1 of 2")),
+             qPrintable(own_line));
+    QCOMPARE(engram::parse_retrieval_map(engram::to_json_line(own)).threshold_at(1, 1), 0.3f);
 
     // 5,000 steps: layer 1 retrieves at every one of the first 2,500 and never after.
     RetrievalMap big = m;
@@ -533,6 +543,12 @@ class UiTimelineTest : public QObject {
     std::string wrapped = engram::to_json_line(empty);
     wrapped.replace(wrapped.find("\"steps\":0"), 9, "\"steps\":4611686018427387904");
     QVERIFY_EXCEPTION_THROWN(engram::parse_retrieval_map(wrapped), std::invalid_argument);
+    // Thresholds that do not cover the similarities are refused too.
+    RetrievalMap short_own = m;
+    short_own.set_threshold(0, 1, 0.5f);
+    std::string cut = engram::to_json_line(short_own);
+    cut.replace(cut.find("\"threshold\":[null,0.5,"), 22, "\"threshold\":[");
+    QVERIFY_EXCEPTION_THROWN(engram::parse_retrieval_map(cut), std::invalid_argument);
   }
 };
 

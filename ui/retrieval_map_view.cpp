@@ -36,10 +36,12 @@ QString describe_retrieval_map(const RetrievalMap& m) {
     rows += r.rows;
     units += r.units;
   }
-  for (float s : m.similarity) {
+  for (size_t i = 0; i < m.similarity.size(); ++i) {
+    const float s = m.similarity[i];
     if (std::isnan(s)) continue;
     ++compared;
-    below += m.tau >= 0 && s < m.tau ? 1 : 0;
+    const auto layers = static_cast<size_t>(std::max<int64_t>(1, m.layers));
+    below += s < m.threshold_at(int64_t(i / layers), int64_t(i % layers)) ? 1 : 0;
   }
   const auto n = static_cast<int64_t>(m.retrievals.size());
   const double pairs = double(std::max<int64_t>(1, m.steps * retrieval_layers));
@@ -63,6 +65,10 @@ QString describe_retrieval_map(const RetrievalMap& m) {
   if (m.tau >= 0 && compared > 0) {
     s += QObject::tr("; r_t < τ = %1 at %2 of %3 compared steps")
              .arg(m.tau, 0, 'f', 2)
+             .arg(below)
+             .arg(compared);
+  } else if (!m.threshold.empty() && compared > 0) {
+    s += QObject::tr("; each layer its own τ: r_t below it at %1 of %2 compared steps")
              .arg(below)
              .arg(compared);
   }
@@ -282,7 +288,11 @@ QString RetrievalMapView::describe_at(const QPoint& pos) const {
   QString s = tr("step %1 · layer %2").arg(step).arg(row);
   if (row < m.full_layers) return s + tr("\nfull layer: attends over every token");
   const float r = m.similarity_at(step, row);
-  const QString tau = m.tau >= 0 ? tr(" (τ = %1)").arg(m.tau, 0, 'f', 2) : QString();
+  const float threshold = m.threshold_at(step, row);
+  const QString tau = std::isnan(threshold)
+                          ? QString()
+                          : (m.threshold.empty() ? tr(" (τ = %1)") : tr(" (the layer's τ = %1)"))
+                                .arg(double(threshold), 0, 'f', 3);
   if (const RetrievalMap::Retrieval* hit = retrieval_at(step, row)) {
     s += tr("\nretrieved %1 rows a KV head from %2 units (%3 a head)")
              .arg(hit->rows)

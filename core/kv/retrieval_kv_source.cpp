@@ -1,6 +1,7 @@
 #include "core/kv/retrieval_kv_source.h"
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -197,6 +198,12 @@ int64_t RetrievalKvSource::index_device_bytes(const at::Tensor& index) const {
   return policy_.settings().index_on_host ? 0 : bytes(index);
 }
 
+void RetrievalKvSource::note_similarity(int64_t layer) {
+  map_->set_similarity(step_, layer, policy_.last_similarity(layer));
+  const float own = policy_.last_threshold(layer);  // a layer's own τ (NaN with one τ)
+  if (!std::isnan(own)) map_->set_threshold(step_, layer, own);
+}
+
 void RetrievalKvSource::record_map(int64_t request) {
   const RetrievalSettings& s = policy_.settings();
   map_ = std::make_unique<RetrievalMap>();
@@ -265,7 +272,7 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
   const RetrievalSettings& s = policy_.settings();
   const at::Tensor q = fresh.queries.select(0, 0).select(1, 0);  // [Hq, d]
   const bool retrieve = policy_.retrieve(layer, step_, q);
-  if (map_) map_->set_similarity(step_, layer, policy_.last_similarity(layer));
+  if (map_) note_similarity(layer);
   if (l.local == s.window) offload_oldest(layer, l);
   if (retrieve) {
     // A "retrieve" interval on the layer's copy lane: scoring, selection and the rows' copy (the
@@ -463,8 +470,8 @@ void RetrievalKvSource::after_recorded_step() {
   for (int64_t li = 0; li < static_cast<int64_t>(layers_.size()); ++li) {
     if (!retrieves_at(li)) continue;
     Layer& l = layers_[li];
-    policy_.similarity_seen(li, step_, d[2 * li + 1]);
-    if (map_) map_->set_similarity(step_, li, policy_.last_similarity(li));
+    policy_.similarity_seen(li, step_, d[2 * li + 1], d[2 * li] > 0);
+    if (map_) note_similarity(li);
     if (d[2 * li] > 0) {
       l.retrieved = std::min(s.budget, l.pool_rows);
       stats_.count_retrieval(li);

@@ -187,6 +187,8 @@ class RetrievalKvSource : public KvSource {
   AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
   AttendKv retrieval_layer(int64_t layer, Layer& l, const FreshKv& fresh, int64_t position,
                            TraceRecorder* trace);
+  // The map's r_t of the layer's last decision, and its own τ when it has one.
+  void note_similarity(int64_t layer);
   void offload_oldest(int64_t layer, Layer& l);
   // Scores the layer's units against `queries` [Hq, d], selects rows under the budget and copies
   // them from the pool (page `table`) into the region; `enabled` (optional, one bool on the

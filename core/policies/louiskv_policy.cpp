@@ -95,7 +95,11 @@ void LouisKvPolicy::begin_decode(int64_t layers, int64_t prompt_tokens, int64_t 
   previous_q_.assign(layers, at::Tensor());
   // Each layer's own τ carries over to the next request (a chat's next turn): how often a layer's
   // queries turn is the model's, and a short request would otherwise spend itself settling.
-  if (layer_tau_.size() != static_cast<size_t>(layers)) layer_tau_.assign(layers, at::Tensor());
+  if (layer_tau_.size() != static_cast<size_t>(layers)) {
+    layer_tau_.assign(layers, at::Tensor());
+    host_tau_.assign(layers, std::numeric_limits<float>::quiet_NaN());
+  }
+  last_tau_.assign(layers, std::numeric_limits<float>::quiet_NaN());
   similarity_.assign(layers, {});
   last_similarity_.assign(layers, std::numeric_limits<float>::quiet_NaN());
 }
@@ -126,7 +130,7 @@ bool LouisKvPolicy::retrieve(int64_t layer, int64_t step, const at::Tensor& q) {
   at::Tensor decision = at::empty({2}, q.options().dtype(at::kFloat));
   retrieve_on_device(layer, at::full({1}, step, q.options().dtype(at::kLong)), q, decision);
   const at::Tensor decided = decision.cpu();
-  similarity_seen(layer, step, decided[1].item<float>());
+  similarity_seen(layer, step, decided[1].item<float>(), decided[0].item<float>() > 0);
   return decided[0].item<float>() > 0;
 }
 
@@ -141,12 +145,21 @@ void LouisKvPolicy::retrieve_on_device(int64_t layer, const at::Tensor& step, co
     return;
   }
   at::Tensor& threshold = layer_tau_.at(layer);
-  if (!threshold.defined() || threshold.device() != q.device())
+  if (!threshold.defined() || threshold.device() != q.device()) {
     threshold = at::full({1}, tau_, q.options().dtype(at::kFloat));
-  const double rate = static_cast<double>(options_.rate_percent) / 100.0;
-  const gpu::LayerTau own{threshold, static_cast<float>(LouisKvOptions::kRateGain * rate),
-                          static_cast<float>(LouisKvOptions::kRateGain * (rate - 1.0))};
+    host_tau_.at(layer) = static_cast<float>(tau_);
+  }
+  const gpu::LayerTau own{threshold, tau_up(), tau_down()};
   gpu::louiskv_decide(q, previous, step, tau_, options_.stride, decision, &own);
+}
+
+float LouisKvPolicy::tau_up() const {
+  return static_cast<float>(LouisKvOptions::kRateGain * double(options_.rate_percent) / 100.0);
+}
+
+float LouisKvPolicy::tau_down() const {
+  return static_cast<float>(LouisKvOptions::kRateGain *
+                            (double(options_.rate_percent) / 100.0 - 1.0));
 }
 
 double LouisKvPolicy::layer_tau(int64_t layer) const {
@@ -154,11 +167,18 @@ double LouisKvPolicy::layer_tau(int64_t layer) const {
   return own.defined() ? own.item<float>() : tau_;
 }
 
-void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarity) {
+void LouisKvPolicy::similarity_seen(int64_t layer, int64_t step, float similarity, bool retrieved) {
   // retrieve() logs r_t of adaptive steps after the first; so does this.
   const bool compared = options_.stride == 0 && step > 0;
   if (compared) similarity_.at(layer).push_back(similarity);
   last_similarity_.at(layer) = compared ? similarity : std::numeric_limits<float>::quiet_NaN();
+  if (options_.rate_percent == 0 || options_.stride > 0) return;
+  // The device moved the layer's τ after a compared step; the host replays the same f32 add.
+  float& next = host_tau_.at(layer);
+  last_tau_.at(layer) = compared ? next : std::numeric_limits<float>::quiet_NaN();
+  if (compared)
+    next = std::fmin(std::fmax(next + (retrieved ? tau_down() : tau_up()), -1.f),
+                     gpu::kLayerTauCeiling);
 }
 
 at::Tensor LouisKvPolicy::score(const at::Tensor& q, const at::Tensor& index,

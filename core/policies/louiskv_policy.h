@@ -68,8 +68,11 @@ class LouisKvPolicy : public RetrievalPolicy {
   bool idle_at(int64_t step) const override {
     return options_.stride > 0 && step % options_.stride != 0;
   }
-  void similarity_seen(int64_t layer, int64_t step, float similarity) override;
+  void similarity_seen(int64_t layer, int64_t step, float similarity, bool retrieved) override;
   float last_similarity(int64_t layer) const override { return last_similarity_.at(layer); }
+  float last_threshold(int64_t layer) const override {
+    return last_tau_.empty() ? std::numeric_limits<float>::quiet_NaN() : last_tau_.at(layer);
+  }
   // One τ for the map's tooltips; none with a fixed stride or a τ of each layer's own.
   double boundary_threshold() const override {
     return options_.stride > 0 || options_.rate_percent > 0 ? -1 : tau_;
@@ -83,6 +86,8 @@ class LouisKvPolicy : public RetrievalPolicy {
   double tau() const { return tau_; }
   // The layer's τ now: its own with `rate=`, else tau(). Reads the device (a sync).
   double layer_tau(int64_t layer) const;
+  // The same from the host's replay of the decisions reported (no sync; NaN before the first).
+  float layer_tau_on_host(int64_t layer) const { return host_tau_.at(layer); }
   static constexpr int64_t kLongInputRatio = 4;
   static constexpr double kLongInputTau = 0.85, kLongOutputTau = 0.7;
   // r_t of every (layer, step >= 1) so far, for the τ sweep and the panel.
@@ -93,6 +98,11 @@ class LouisKvPolicy : public RetrievalPolicy {
   double tau_;
   std::vector<at::Tensor> previous_q_;  // per layer [Hq, d] f32
   std::vector<at::Tensor> layer_tau_;   // per layer [1] f32 with `rate=`, beside the queries
+  // With `rate=`: each layer's τ replayed on the host from the decisions reported (the device's
+  // bits: the same f32 add and clamp), and the one its last decision compared with (the map's).
+  std::vector<float> host_tau_, last_tau_;
+  float tau_up() const;
+  float tau_down() const;
   std::vector<std::vector<float>> similarity_;
   std::vector<float> last_similarity_;  // per layer, NaN until an adaptive step after the first
 };

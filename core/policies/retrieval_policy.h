@@ -98,8 +98,9 @@ class RetrievalPolicy {
   // steps): the recorded step then replays a lean recording with no scoring, selection or gather
   // (the device decision still runs, and says 0).
   virtual bool idle_at(int64_t /*step*/) const { return false; }
-  // What a device decision saw, reported once the step has run (the τ sweep's log).
-  virtual void similarity_seen(int64_t /*layer*/, int64_t /*step*/, float /*similarity*/) {}
+  // What a device decision saw and decided, reported once the step has run (the τ sweep's log).
+  virtual void similarity_seen(int64_t /*layer*/, int64_t /*step*/, float /*similarity*/,
+                               bool /*retrieved*/) {}
   // For the retrieval map (core/trace/retrieval_map.h): the similarity the layer's last decision
   // compared with boundary_threshold(), NaN when it compared none (the first step, a fixed
   // stride, a policy that retrieves at every step); the threshold, < 0 for such policies.
@@ -107,6 +108,11 @@ class RetrievalPolicy {
     return std::numeric_limits<float>::quiet_NaN();
   }
   virtual double boundary_threshold() const { return -1; }
+  // With a τ of each layer's own (boundary_threshold() < 0 then): the one the layer's last
+  // decision compared with, NaN when none.
+  virtual float last_threshold(int64_t /*layer*/) const {
+    return std::numeric_limits<float>::quiet_NaN();
+  }
 
   // Scores [H, U] f32 of units from q [H * g, d] and index [H, U, I]; higher is kept first.
   // `live` (optional, [U] bool): only those units exist; the rest score -inf (a recorded step

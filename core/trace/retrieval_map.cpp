@@ -15,14 +15,18 @@ std::string to_json_line(const RetrievalMap& map) {
   nlohmann::json retrievals = nlohmann::json::array();
   for (const auto& r : map.retrievals)
     retrievals.push_back({r.step, r.layer, r.rows, r.units});
-  nlohmann::json similarity = nlohmann::json::array();
-  for (float s : map.similarity) {
-    if (std::isnan(s)) {
-      similarity.push_back(nullptr);
-    } else {
-      similarity.push_back(s);
+  const auto floats = [](const std::vector<float>& values) {
+    nlohmann::json out = nlohmann::json::array();
+    for (float v : values) {
+      if (std::isnan(v)) {
+        out.push_back(nullptr);
+      } else {
+        out.push_back(v);
+      }
     }
-  }
+    return out;
+  };
+  nlohmann::json similarity = floats(map.similarity);
   nlohmann::json body = {{"request", map.request},
                          {"policy", map.policy},
                          {"layers", map.layers},
@@ -33,6 +37,12 @@ std::string to_json_line(const RetrievalMap& map) {
                          {"steps", map.steps},
                          {"retrievals", std::move(retrievals)},
                          {"similarity", std::move(similarity)}};
+  if (!map.threshold.empty()) {
+    // Written up to the last step (a map's last step may not have set its layers yet).
+    std::vector<float> thresholds = map.threshold;
+    thresholds.resize(map.similarity.size(), std::nanf(""));
+    body["threshold"] = floats(thresholds);
+  }
   return nlohmann::json{{kKey, std::move(body)}}.dump();
 }
 
@@ -69,6 +79,10 @@ RetrievalMap parse_retrieval_map(const std::string& line) {
     for (const auto& s : b.at("similarity")) {
       m.similarity.push_back(s.is_null() ? std::nanf("") : s.get<float>());
     }
+    if (b.contains("threshold")) {
+      for (const auto& t : b.at("threshold"))
+        m.threshold.push_back(t.is_null() ? std::nanf("") : t.get<float>());
+    }
   } catch (const nlohmann::json::exception& e) {
     throw std::invalid_argument(std::string("retrieval map lacks a field: ") + e.what());
   }
@@ -82,6 +96,11 @@ RetrievalMap parse_retrieval_map(const std::string& line) {
     throw std::invalid_argument("retrieval map: " + std::to_string(m.similarity.size()) +
                                 " similarities for " + std::to_string(m.steps) + " steps of " +
                                 std::to_string(m.layers) + " layers");
+  }
+  if (!m.threshold.empty() && m.threshold.size() != m.similarity.size()) {
+    throw std::invalid_argument("retrieval map: " + std::to_string(m.threshold.size()) +
+                                " thresholds for " + std::to_string(m.similarity.size()) +
+                                " similarities");
   }
   for (const auto& r : m.retrievals) {
     if (r.step < 0 || r.step >= m.steps || r.layer < 0 || r.layer >= m.layers) {

@@ -33,10 +33,20 @@ struct RetrievalMap {
   std::vector<Retrieval> retrievals;  // in (step, layer) order
   // [steps × layers], row-major by step: r_t where the policy computed one, NaN elsewhere.
   std::vector<float> similarity;
+  // [steps × layers] like `similarity`: the τ each layer compared r_t with, when the layers have
+  // τs of their own (LouisKV's `rate=`); empty when one `tau` serves every layer.
+  std::vector<float> threshold;
 
   float similarity_at(int64_t step, int64_t layer) const {
     const size_t i = static_cast<size_t>(step * layers + layer);
     return i < similarity.size() ? similarity[i] : std::numeric_limits<float>::quiet_NaN();
+  }
+  // The τ r_t was compared with at (step, layer): the layer's own, else `tau` (NaN when < 0).
+  float threshold_at(int64_t step, int64_t layer) const {
+    if (threshold.empty())
+      return tau >= 0 ? static_cast<float>(tau) : std::numeric_limits<float>::quiet_NaN();
+    const size_t i = static_cast<size_t>(step * layers + layer);
+    return i < threshold.size() ? threshold[i] : std::numeric_limits<float>::quiet_NaN();
   }
   // Starts step `steps` (every layer's r_t NaN until set_similarity); returns its index.
   int64_t begin_step() {
@@ -46,6 +56,11 @@ struct RetrievalMap {
   }
   void set_similarity(int64_t step, int64_t layer, float value) {
     similarity.at(static_cast<size_t>(step * layers + layer)) = value;
+  }
+  // A layer's own τ at `step`; the first call turns the map to per-layer thresholds.
+  void set_threshold(int64_t step, int64_t layer, float value) {
+    threshold.resize(similarity.size(), std::numeric_limits<float>::quiet_NaN());
+    threshold.at(static_cast<size_t>(step * layers + layer)) = value;
   }
 };
 
