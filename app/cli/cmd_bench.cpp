@@ -199,6 +199,11 @@ int run_bench(int argc, char** argv) {
       out["decode_peak_above_weights_bytes"] = decode_peak_bytes - w.bytes();
     if (retrieval.steps > 0) {
       out["retrievals_per_token"] = retrieval.retrievals_per_token();
+      // Each layer's (a full layer's 0): where the boundary rule spends its retrievals.
+      nlohmann::json by_layer = nlohmann::json::array();
+      for (const int64_t n : retrieval.layer_retrievals)
+        by_layer.push_back(retrieval.steps ? double(n) / double(retrieval.steps) : 0.0);
+      out["retrievals_per_token_by_layer"] = std::move(by_layer);
       out["loaded_rows_per_token"] =
           static_cast<double>(retrieval.loaded_rows) / static_cast<double>(retrieval.steps);
       out["device_kv_bytes"] = retrieval.device_kv_bytes;
