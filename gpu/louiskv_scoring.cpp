@@ -45,8 +45,8 @@ void louiskv_decide_reference(const at::Tensor& q, at::Tensor& previous, const a
   const at::Tensor r = at::cosine_similarity(current, previous, 1).mean();
   const at::Tensor now = step.reshape(at::IntArrayRef{});  // (view({}) would be a dtype view)
   const at::Tensor limit =
-      layer_tau ? layer_tau->threshold.reshape(at::IntArrayRef{}) : at::full({}, tau, r.options());
-  const at::Tensor below = r.lt(limit);
+      layer_tau ? layer_tau->threshold.reshape(at::IntArrayRef{}) : at::Tensor();
+  const at::Tensor below = layer_tau ? r.lt(limit) : r.lt(tau);
   const at::Tensor boundary = stride > 0 ? now.remainder(stride).eq(0) : below;
   decision.select(0, 0).copy_(boundary.logical_or(now.eq(0)));
   decision.select(0, 1).copy_(r);

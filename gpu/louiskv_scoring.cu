@@ -64,12 +64,13 @@ __global__ void louiskv_decide_kernel(const T* q, float* previous, const int64_t
 }
 
 // Scores in two launches that a recorded step can switch off (`enabled`), both spread over the
-// units (a first fused kernel with one block per KV head was 8x slower than torch ops, and a
-// softmax pass with a block per KV head cost more than the torch ops it replaced: 8 blocks on a
-// 132-SM card). 1: a block takes 32 units of one KV head, a warp a unit: the logits of each query
-// head of the group, and the block's max and sum of exp for each query head (online softmax
-// partials). 2: a block takes 256 units of one KV head, combines the partials of every block of
-// the head (a warp a query head) and writes each unit's mean over the group of its softmax.
+// units (a first fused kernel with one block per KV head was 8x slower than torch ops: 8 blocks
+// on a 132-SM card; a second launch of a block per KV head was 0.05 ms a token slower than this
+// one on the 8B shape, bench/results/2026-11-27-h100-louiskv-scores-off). 1: a block takes 32 units
+// of one KV head, a warp a unit: the logits of each query head of the group, and the block's max
+// and sum of exp for each query head (online softmax partials). 2: a block takes 256 units of one
+// KV head, combines the partials of every block of the head (a warp a query head) and writes each
+// unit's mean over the group of its softmax.
 constexpr int kUnitsPerBlock = 32;  // = a warp's lanes: the partials are a warp reduction
 constexpr int kMeanUnitsPerBlock = kThreads;
 

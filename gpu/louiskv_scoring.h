@@ -1,10 +1,10 @@
 // LouisKV's two per-layer computations for one decode token (louiskv-paper §4.2, App. B), shared
 // by the per-layer path and the recorded decode step so that both decide and rank alike.
 // louiskv_decide is one CUDA launch (as torch ops it was ~12 small kernels per layer inside the
-// recorded step); louiskv_scores is two CUDA launches, the logits a warp a unit and the softmax
-// mean a block a KV head, which the layer's decision can switch off (the torch ops it replaces,
-// now the reference, ran at every step of a recorded step whether the layer retrieved or not; a
-// first fused kernel with one block per KV head had been 8x slower than them on the H100,
+// recorded step); louiskv_scores is two CUDA launches spread over the units (the logits a warp a
+// unit, then each unit's mean softmax), which the layer's decision can switch off (the torch ops it
+// replaces, now the reference, ran at every step of a recorded step whether the layer retrieved or
+// not; a first fused kernel with one block per KV head had been 8x slower than them on the H100,
 // bench/results/2026-11-26-h100-louiskv-recorded).
 //
 //   louiskv_decide: r = mean over query heads of cos(q_h, previous_h); decision[0] = 1 when

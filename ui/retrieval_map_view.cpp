@@ -36,11 +36,11 @@ QString describe_retrieval_map(const RetrievalMap& m) {
     rows += r.rows;
     units += r.units;
   }
+  const auto layers = static_cast<size_t>(std::max<int64_t>(1, m.layers));
   for (size_t i = 0; i < m.similarity.size(); ++i) {
     const float s = m.similarity[i];
     if (std::isnan(s)) continue;
     ++compared;
-    const auto layers = static_cast<size_t>(std::max<int64_t>(1, m.layers));
     below += s < m.threshold_at(int64_t(i / layers), int64_t(i % layers)) ? 1 : 0;
   }
   const auto n = static_cast<int64_t>(m.retrievals.size());
