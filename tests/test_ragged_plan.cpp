@@ -3,7 +3,8 @@
 // kept tokens (checked against softmax attention in double over each head's own keys, a
 // prefill block, a per-layer decode step and the recorded decode step); plans whose lists are
 // equal stay bit-identical to the uniform plan and set no mask; EpiCache's joint selection keeps
-// M_l·H_kv (head, token) pairs per layer; the store restores a ragged working set.
+// M_l·H_kv (head, token) pairs per layer; the store restores a ragged working set; decode-time
+// retrieval (LouisKV, Quest) over a ragged set serves each head only the slots it sees.
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -13,9 +14,12 @@
 #include "core/engine/conversation_store.h"
 #include "core/engine/generator.h"
 #include "core/kv/cache_kv_source.h"
+#include "core/kv/retrieval_kv_source.h"
 #include "core/kv/working_set.h"
 #include "core/policies/epicache_policy.h"
 #include "core/policies/full_policy.h"
+#include "core/policies/louiskv_policy.h"
+#include "core/policies/page_retrieval_policy.h"
 #include "core/policies/policy_registry.h"
 #include "core/runtime/decoder_layer.h"
 #include "core/runtime/static_decode_step.h"
@@ -84,6 +88,43 @@ struct HeadKv {
 
 double max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+double max_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, max_diff(a[i], b[i]));
+  return m;
+}
+
+// Logits of `tokens` decoded one by one after the working set, attention served by `source`
+// (mirroring into the working set) or, when null, by the working set itself.
+std::vector<at::Tensor> decode(const Decoder& d, KvWorkingSet& ws,
+                               const std::vector<int64_t>& tokens, RetrievalKvSource* source) {
+  gpu::DeviceTimeline timeline(d.device());
+  std::vector<at::Tensor> out;
+  const int64_t first = ws.next_position();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ForwardRequest req;
+    req.phase = ForwardPhase::kDecode;
+    req.tokens = {{tokens[i]}};
+    req.positions = {{first + static_cast<int64_t>(i)}};
+    CacheKvSource plain(ws.cache());
+    KvSource& s = source ? static_cast<KvSource&>(*source) : plain;
+    out.push_back(d.forward(req, s, timeline, nullptr).logits.view({-1}).clone());
+  }
+  return out;
+}
+
+RetrievalSettings retrieval_settings(int64_t budget) {
+  RetrievalSettings s;
+  s.sinks = 8;
+  s.window = 8;
+  s.budget = budget;
+  s.full_layers = 1;
+  s.offload = 0;
+  s.overlap_prefill = false;
+  return s;
 }
 
 }  // namespace
@@ -467,6 +508,132 @@ class RaggedPlanTest : public QObject {
     QVERIFY2(diff < 1e-4, qPrintable(QString("logits after restore: %1").arg(diff)));
   }
 
+  // Decode-time retrieval over a ragged working set (issue 17 composed with issue 15's head-wise
+  // plans): each head's units hold only the slots it sees, so a budget covering the pool decodes
+  // the ragged set's own logits, and at a small budget what a hidden slot holds changes nothing,
+  // on the per-layer path and the recorded step alike.
+  void retrievalServesEachHeadItsOwnSlots() {
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    const int64_t history = 160, steps = 40;
+    const auto fed = test::token_ids(steps, 3);
+    // The ragged working set; `poison`: its hidden slots then hold large keys and values.
+    const auto ragged_set = [&](bool poison) {
+      auto ws = std::make_unique<KvWorkingSet>(shape_of(c), history + steps + 1, d.dtype(),
+                                               d.device(), c.max_positions);
+      feed(d, *ws, test::token_ids(history, 2));
+      ws->apply(ragged_plan(c.num_layers, c.num_kv_heads, history), d.rope().inverse_frequencies());
+      for (int64_t l = 0; poison && l < c.num_layers; ++l) {
+        const at::Tensor hidden = ws->cache().key_valid(l).logical_not().unsqueeze(-1);
+        ws->cache().keys(l).masked_fill_(hidden, 40.0);
+        ws->cache().values(l).masked_fill_(hidden, 1e3);
+      }
+      return ws;
+    };
+    const auto plain = ragged_set(false);
+    const int64_t n = plain->tokens(), sinks = retrieval_settings(1).sinks;
+    const auto want = decode(d, *plain, fed, nullptr);
+    // Kinds: 0 LouisKV at every step, 1 Quest's pages, 2 LouisKV adaptive (mixed decisions).
+    const auto make = [](int kind, int64_t budget) -> std::unique_ptr<RetrievalPolicy> {
+      LouisKvOptions o;
+      o.tau = 0.1;
+      if (kind == 0) o.stride = 1;
+      if (kind == 1) return std::make_unique<PageRetrievalPolicy>(4, retrieval_settings(budget));
+      return std::make_unique<LouisKvPolicy>(o, retrieval_settings(budget));
+    };
+    for (int kind = 0; kind < 3; ++kind) {
+      const std::string what = "kind " + std::to_string(kind);
+      // A budget above the pool, retrieving at every step: the ragged set's own logits (a head
+      // whose units fill fewer region slots than another's hides the rest).
+      if (kind != 2) {
+        const auto ws = ragged_set(true);
+        const auto policy = make(kind, 400);
+        RetrievalKvSource source(*policy, ws->cache(), steps, &ws->cache());
+        const double diff = max_diff(want, decode(d, *ws, fed, &source));
+        QVERIFY2(diff < 2e-4,
+                 (what + " covering budget, max diff " + std::to_string(diff)).c_str());
+        QVERIFY(source.stats().offloaded_units > 0);
+        // Each head's units hold exactly its visible prompt tokens past the sinks, then the same
+        // offloaded ones.
+        for (int64_t l = 1; l < c.num_layers; ++l) {
+          const at::Tensor shown =
+              plain->cache().key_valid(l)[0].narrow(1, sinks, n - sinks).sum(1).to(at::kLong);
+          const at::Tensor extra = source.unit_sizes(l).sum(1) - shown;
+          QVERIFY(shown.min().item<int64_t>() < shown.max().item<int64_t>());  // really ragged
+          QVERIFY(extra.eq(extra[0]).all().item<bool>());
+          QVERIFY(extra[0].item<int64_t>() > 0);
+        }
+      }
+      // A small budget, below every head's rows: hidden slots' contents change nothing, and the
+      // recorded step equals the per-layer path.
+      const int64_t budget = 16;
+      const auto clean_ws = ragged_set(false);
+      const auto clean_policy = make(kind, budget);
+      RetrievalKvSource clean(*clean_policy, clean_ws->cache(), steps, &clean_ws->cache());
+      const auto expect = decode(d, *clean_ws, fed, &clean);
+      QVERIFY(max_diff(want, expect) > 1e-3);  // the budget does leave tokens out
+
+      const auto poisoned_ws = ragged_set(true);
+      const auto poisoned_policy = make(kind, budget);
+      RetrievalKvSource poisoned(*poisoned_policy, poisoned_ws->cache(), steps,
+                                 &poisoned_ws->cache());
+      const double diff = max_diff(expect, decode(d, *poisoned_ws, fed, &poisoned));
+      QVERIFY2(diff < 1e-5,
+               (what + " hidden slots' contents, max diff " + std::to_string(diff)).c_str());
+
+      const auto recorded_ws = ragged_set(true);
+      const auto recorded_policy = make(kind, budget);
+      RetrievalKvSource recorded(*recorded_policy, recorded_ws->cache(), steps,
+                                 &recorded_ws->cache());
+      QVERIFY(recorded.recordable());
+      StaticDecodeStep step(d, recorded_ws->cache());
+      step.attach(&recorded);
+      std::vector<at::Tensor> got;
+      for (int64_t i = 0; i < steps; ++i)
+        got.push_back(step.step(fed[static_cast<size_t>(i)], n + i).clone());
+      step.attach(nullptr);
+      const double step_diff = max_diff(expect, got);
+      QVERIFY2(step_diff < 1e-4,
+               (what + " recorded step, max diff " + std::to_string(step_diff)).c_str());
+      const RetrievalStats &a = clean.stats(), &b = recorded.stats();
+      QCOMPARE(b.retrievals, a.retrievals);
+      QCOMPARE(b.loaded_rows, a.loaded_rows);
+      QCOMPARE(b.offloaded_units, a.offloaded_units);
+      if (kind == 2)
+        QVERIFY(a.retrievals > a.retrieval_layers && a.retrievals < steps * a.retrieval_layers);
+    }
+  }
+
+  // `epicache:per_head=2+louiskv`: head-wise eviction, then decode-time retrieval over the ragged
+  // set; with a retrieval budget above the set it decodes per_head=2's own tokens.
+  void headWiseEpiCacheComposesWithRetrieval() {
+    const Decoder& d = decoder("qwen3-qknorm");
+    const ModelConfig& c = d.config();
+    const auto prompt = test::token_ids(150, 8);
+    GenerationOptions options;
+    options.max_new_tokens = 16;
+    options.stop_at_eos = false;
+    options.prefill_chunk = 16;
+    options.sampling.temperature = 0;
+    const auto run = [&](const std::string& spec, KvWorkingSet& ws) {
+      auto policy = make_policy(spec);
+      policy->set_budget(64);
+      return generate(d, *policy, ws, {}, prompt, options, nullptr);
+    };
+    KvWorkingSet alone_ws(shape_of(c), 64 + 16 + 32, d.dtype(), d.device(), c.max_positions);
+    const GenerationResult alone = run("epicache:per_head=2,patch=2,layers=40,32", alone_ws);
+    QVERIFY(alone.evicted_tokens > 0);
+    QVERIFY(alone_ws.cache().key_valid(0).defined());  // the plan was ragged
+    KvWorkingSet ws(shape_of(c), 64 + 16 + 32, d.dtype(), d.device(), c.max_positions);
+    const GenerationResult got =
+        run("epicache:per_head=2,patch=2,layers=40,32+louiskv:sinks=4,window=8,budget=400,full_"
+            "layers=1,offload=0",
+            ws);
+    QCOMPARE(got.tokens, alone.tokens);
+    QCOMPARE(got.retrieval.steps, int64_t{15});
+    QVERIFY(got.retrieval.retrievals > 0);
+  }
+
   void registryReadsPerHeadAndLayerBudgets() {
     auto p = make_policy("epicache:per_head=2,layers=400,600,500,patch=2");
     auto* e = dynamic_cast<EpiCachePolicy*>(p.get());
@@ -481,7 +648,7 @@ class RaggedPlanTest : public QObject {
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:layers=4,x"), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("epicache:layers="), std::invalid_argument);
     QVERIFY_EXCEPTION_THROWN(make_policy("snapkv:layers=4"), std::invalid_argument);
-    QVERIFY_EXCEPTION_THROWN(make_policy("epicache:per_head=2+louiskv"), std::invalid_argument);
+    QVERIFY(make_policy("epicache:per_head=2,layers=400,600,500+louiskv"));
     QVERIFY(make_policy("epicache:per_head=1+louiskv"));
     // Budgets for another number of layers: a clear error at the first shrink.
     EpiCachePolicy wrong;

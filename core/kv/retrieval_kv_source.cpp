@@ -80,6 +80,13 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     const at::Tensor keys = working.keys(li).select(0, 0).narrow(1, 0, n);  // [H, n, d]
     const at::Tensor values = working.values(li).select(0, 0).narrow(1, 0, n);
     const int64_t heads = keys.size(0), dim = keys.size(2);
+    // A ragged working set's layer: [H, n] of the slots each head sees (undefined when all do,
+    // so that the common case keeps attention's unmasked paths).
+    at::Tensor visible = working.key_valid(li);
+    if (visible.defined()) {
+      visible = visible.select(0, 0).narrow(1, 0, n);
+      if (visible.all().item<bool>()) visible = at::Tensor();
+    }
     if (li < s.full_layers) {
       // With a mirror, a full layer attends to the working set itself (it holds every token):
       // no second copy of the layer's KV, no second write per token.
@@ -92,6 +99,10 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       l.values.select(0, 0).narrow(1, 0, n).copy_(values);
       l.length = n;
       l.valid = at::ones({1, n + max_new_}, keys.options().dtype(at::kBool));
+      if (visible.defined()) {
+        l.head_valid = at::ones({1, heads, n + max_new_}, l.valid.options());
+        l.head_valid.select(0, 0).narrow(1, 0, n).copy_(visible);
+      }
       continue;
     }
     ++stats_.retrieval_layers;
@@ -101,6 +112,12 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.valid.narrow(1, 0, sinks_).fill_(true);
     l.keys.select(0, 0).narrow(1, 0, sinks_).copy_(keys.narrow(1, 0, sinks_));
     l.values.select(0, 0).narrow(1, 0, sinks_).copy_(values.narrow(1, 0, sinks_));
+    if (visible.defined()) {
+      l.head_valid = at::ones({1, heads, l.keys.size(2)}, l.valid.options());
+      l.head_valid.select(0, 0).narrow(1, 0, sinks_).copy_(visible.narrow(1, 0, sinks_));
+      l.head_retrieved_valid = at::zeros({heads, s.budget}, l.valid.options());
+      l.head_rows.assign(static_cast<size_t>(heads), 0);
+    }
     int64_t prompt_units = 0;
     PromptUnits units;
     if (prompt > 0) {
@@ -108,7 +125,9 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
                        pv = retrieval_prompt_keys(values, s.sinks);
       const PromptUnits* made =
           ready && li < static_cast<int64_t>(ready->size()) ? &(*ready)[li] : nullptr;
-      if (made && made->order.defined() && made->order.size(1) == prompt) {
+      if (visible.defined()) {
+        units = ragged_prompt_units(li, pk, visible.narrow(1, sinks_, prompt), l);
+      } else if (made && made->order.defined() && made->order.size(1) == prompt) {
         units = *made;
         ++stats_.units_beside_prefill;
       } else {
@@ -144,8 +163,10 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
     l.live = at::zeros({prompt_units + capacity}, keys.options().dtype(at::kBool));
     l.live.narrow(0, 0, prompt_units).fill_(true);
     l.retrieved_valid = at::zeros({s.budget}, keys.options().dtype(at::kBool));
-    l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(true);
-    stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + index_device_bytes(l.index);
+    l.retrieved_valid.narrow(0, 0, reach(l)).fill_(true);
+    update_head_reach(l);
+    stats_.device_kv_bytes += bytes(l.keys) + bytes(l.values) + index_device_bytes(l.index) +
+                              bytes(l.head_valid) + bytes(l.head_retrieved_valid);
   }
   const auto on_device = at::TensorOptions().device(working.device());
   recorded_inputs_ = at::zeros({1 + layers}, on_device.dtype(at::kLong));
@@ -184,6 +205,74 @@ void RetrievalKvSource::write_rows(int64_t layer, int64_t first_row, const at::T
   const at::Tensor table = cuda ? host.to(keys.device(), /*non_blocking=*/true) : host;
   at::Tensor slab = pool_->slab(PageTier::kPinned);
   gpu::scatter_pages(slab, layer, keys, values, table[0], table[1], table[2], table[3]);
+}
+
+PromptUnits RetrievalKvSource::ragged_prompt_units(int64_t layer, const at::Tensor& keys,
+                                                   const at::Tensor& visible, Layer& l) {
+  const int64_t heads = keys.size(0);
+  const at::Tensor seen = visible.cpu();
+  const auto on_device = [&](const at::Tensor& t) { return t.to(keys.device()); };
+  std::vector<PromptUnits> own(static_cast<size_t>(heads));
+  std::vector<at::Tensor> orders;
+  int64_t most = 0, width = 0, rounds = 0;
+  for (int64_t h = 0; h < heads; ++h) {
+    const at::Tensor shown = on_device(seen[h].nonzero().view(-1));
+    const at::Tensor hidden = on_device(seen[h].logical_not().nonzero().view(-1));
+    l.head_rows[static_cast<size_t>(h)] = shown.numel();
+    if (shown.numel() == 0) {
+      orders.push_back(hidden);
+      continue;
+    }
+    // The policy's own units over what this head sees (LouisKV: a k-means of its keys alone).
+    PromptUnits& u = own[static_cast<size_t>(h)];
+    u = policy_.prompt_units(layer, keys.narrow(0, h, 1).index_select(1, shown));
+    orders.push_back(at::cat({shown.index_select(0, on_device(u.order[0])), hidden}));
+    most = std::max(most, u.sizes.size(1));
+    width = u.index.size(2);
+    rounds = std::max(rounds, u.kmeans_rounds);
+  }
+  if (most == 0) width = policy_.unit_index(keys.narrow(1, 0, 1)).size(1);
+  // Heads with fewer units pad with empty ones (size 0, never taken), as an empty cluster is.
+  const auto longs = keys.options().dtype(at::kLong);
+  PromptUnits units;
+  units.order = at::stack(orders);
+  units.sizes = at::zeros({heads, most}, longs);
+  units.offsets = at::zeros({heads, most}, longs);
+  units.index = at::zeros({heads, most, width}, keys.options().dtype(at::kFloat));
+  for (int64_t h = 0; h < heads; ++h) {
+    const PromptUnits& u = own[static_cast<size_t>(h)];
+    if (!u.sizes.defined()) continue;
+    const int64_t n = u.sizes.size(1);
+    units.sizes[h].narrow(0, 0, n).copy_(u.sizes[0]);
+    units.offsets[h].narrow(0, 0, n).copy_(u.offsets[0]);
+    units.index[h].narrow(0, 0, n).copy_(u.index[0]);
+  }
+  units.kmeans_rounds = rounds;
+  return units;
+}
+
+int64_t RetrievalKvSource::reach(const Layer& l) const {
+  const int64_t budget = policy_.settings().budget;
+  if (l.head_rows.empty()) return std::min(budget, l.pool_rows);
+  return std::min(budget, *std::max_element(l.head_rows.begin(), l.head_rows.end()));
+}
+
+int64_t RetrievalKvSource::rows_per_retrieval(const Layer& l) const {
+  const int64_t budget = policy_.settings().budget;
+  if (l.head_rows.empty()) return std::min(budget, l.pool_rows) * l.keys.size(1);
+  int64_t rows = 0;
+  for (const int64_t r : l.head_rows)
+    rows += std::min(budget, r);
+  return rows;
+}
+
+void RetrievalKvSource::update_head_reach(Layer& l) {
+  if (!l.head_retrieved_valid.defined()) return;
+  const int64_t budget = policy_.settings().budget;
+  at::Tensor host = at::zeros(l.head_retrieved_valid.sizes(), at::kBool);
+  for (size_t h = 0; h < l.head_rows.size(); ++h)
+    host[static_cast<int64_t>(h)].narrow(0, 0, std::min(budget, l.head_rows[h])).fill_(true);
+  l.head_retrieved_valid.copy_(host);
 }
 
 at::Tensor RetrievalKvSource::new_index(at::IntArrayRef sizes,
@@ -249,6 +338,7 @@ AttendKv RetrievalKvSource::layer_kv(int64_t layer, const FreshKv& fresh,
     out.keys = mirror_->keys(layer, 1);
     out.values = mirror_->values(layer, 1);
     out.key_positions = mirror_->positions(1);
+    out.key_valid = mirror_->key_valid(layer, 1);  // a ragged working set's hidden slots
     return out;
   }
   return retrieval_layer(layer, l, fresh, position, ctx.trace);
@@ -280,16 +370,19 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     TraceRecorder::Open open;
     if (trace) open = trace->begin(layer, TraceLane::kCopy, "retrieve");
     load_retrieved(layer, l, q, page_table_.narrow(0, 0, static_cast<int64_t>(pool_pages_.size())));
-    // Every head's units hold all pool rows, so every head fills the same count: no sync.
-    l.retrieved = std::min(s.budget, l.pool_rows);
+    // Every head's units hold all of its pool rows, so the host knows the count each head
+    // fills: no sync.
+    l.retrieved = reach(l);
     l.valid.narrow(1, sinks_, l.retrieved).fill_(true);
     l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(false);
+    if (l.head_valid.defined())
+      l.head_valid.select(0, 0).narrow(1, sinks_, s.budget).copy_(l.head_retrieved_valid);
     stats_.count_retrieval(layer);
-    stats_.loaded_rows += l.retrieved * l.keys.size(1);
+    stats_.loaded_rows += rows_per_retrieval(l);
     if (trace) {
-      trace->end(open, l.retrieved,
-                 2 * l.retrieved * l.keys.size(1) * l.keys.size(3) *
-                     static_cast<int64_t>(l.keys.element_size()));
+      trace->end(
+          open, l.retrieved,
+          2 * rows_per_retrieval(l) * l.keys.size(3) * static_cast<int64_t>(l.keys.element_size()));
     }
     // Counted after the interval closed: the count waits for the device.
     if (map_) map_->retrievals.push_back({step_, layer, l.retrieved, loaded_units(l)});
@@ -330,7 +423,10 @@ void RetrievalKvSource::offload_oldest(int64_t layer, Layer& l) {
   ++l.units;
   count_scored_units(l);
   l.pool_rows += cut;
-  l.retrieved_valid.narrow(0, 0, std::min(s.budget, l.pool_rows)).fill_(true);
+  for (int64_t& rows : l.head_rows)
+    rows += cut;
+  update_head_reach(l);
+  l.retrieved_valid.narrow(0, 0, reach(l)).fill_(true);
   ++stats_.offloaded_units;
   // Shift the rest of the window to its front (a clone: the spans overlap).
   const int64_t rest = l.local - cut;
@@ -448,6 +544,10 @@ at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_
     load_retrieved(layer, l, queries, page_table_, enabled);
     at::Tensor region_valid = l.valid.narrow(1, sinks_, s.budget);
     region_valid.copy_(at::where(enabled, l.retrieved_valid.view({1, -1}), region_valid));
+    if (l.head_valid.defined()) {
+      at::Tensor heads_region = l.head_valid.select(0, 0).narrow(1, sinks_, s.budget);
+      heads_region.copy_(at::where(enabled, l.head_retrieved_valid, heads_region));
+    }
   }
   // The fresh token's key and value into the window at the layer's slot (a device input).
   const at::Tensor slot = recorded_inputs_.narrow(0, 1 + layer, 1);
@@ -456,7 +556,7 @@ at::Tensor RetrievalKvSource::recorded_layer(int64_t layer, const at::Tensor& q_
   gpu::rope_kv_write(q, k, v, cos, sin, slot, q_unused, key_rows, value_rows);
   l.valid.select(0, 0).index_fill_(0, slot, true);
   const at::Tensor key_positions = at::where(l.valid, position.view({1, 1}), -1);
-  return gpu::decode_attention(q_rot, l.keys, l.values, key_positions, at::Tensor(),
+  return gpu::decode_attention(q_rot, l.keys, l.values, key_positions, l.head_valid,
                                position.view({1}), last_slot_, window, scale);
 }
 
@@ -473,9 +573,9 @@ void RetrievalKvSource::after_recorded_step() {
     policy_.similarity_seen(li, step_, d[2 * li + 1], d[2 * li] > 0);
     if (map_) note_similarity(li);
     if (d[2 * li] > 0) {
-      l.retrieved = std::min(s.budget, l.pool_rows);
+      l.retrieved = reach(l);
       stats_.count_retrieval(li);
-      stats_.loaded_rows += l.retrieved * l.keys.size(1);
+      stats_.loaded_rows += rows_per_retrieval(l);
       if (map_) map_->retrievals.push_back({step_, li, l.retrieved, loaded_units(l)});
       if (policy_.page_tokens() == 0) l.segment_starts.push_back(l.local);
     }
@@ -496,6 +596,7 @@ AttendKv RetrievalKvSource::attend(const Layer& l, int64_t slots, int64_t positi
   out.values = l.values.narrow(2, 0, slots);
   out.key_positions = at::where(l.valid.narrow(1, 0, slots), position, -1).to(at::kLong);
   out.dense_causal = false;
+  if (l.head_valid.defined()) out.key_valid = l.head_valid.narrow(2, 0, slots);
   return out;
 }
 

@@ -182,6 +182,15 @@ class RetrievalKvSource : public KvSource {
     // region's validity after a retrieval, [B] bool (the first min(B, pool rows)).
     at::Tensor live, retrieved_valid;
     at::Tensor selected_rows;  // the last selection's pool rows [H, B] (-1: none), for the map
+    // A layer of a ragged working set (some KV heads hide some of its slots; working_set.h):
+    // which slots each head sees, [1, H, slots] bool (the sinks as the working set says, the
+    // retrieved region as far as the head's units reach, the window whole); undefined otherwise.
+    at::Tensor head_valid;
+    // Ragged: the pool rows in each head's units (its visible prompt tokens, then the offloaded
+    // ones), and the region slots a retrieval fills for each head, [H, B] bool (in place: a
+    // recording reads it).
+    std::vector<int64_t> head_rows;
+    at::Tensor head_retrieved_valid;
   };
 
   AttendKv full_layer(Layer& l, const FreshKv& fresh, int64_t position);
@@ -190,6 +199,15 @@ class RetrievalKvSource : public KvSource {
   // The map's r_t of the layer's last decision, and its own τ when it has one.
   void note_similarity(int64_t layer);
   void offload_oldest(int64_t layer, Layer& l);
+  // A ragged layer's prompt units: each head's visible keys (`visible` [H, N] bool) made into
+  // units on their own; the rows of its hidden slots follow them in the pool, in no unit.
+  PromptUnits ragged_prompt_units(int64_t layer, const at::Tensor& keys, const at::Tensor& visible,
+                                  Layer& l);
+  // Rows a retrieval fills per KV head: the most over the heads, and the sum over them.
+  int64_t reach(const Layer& l) const;
+  int64_t rows_per_retrieval(const Layer& l) const;
+  // Ragged: head_retrieved_valid after head_rows changed.
+  void update_head_reach(Layer& l);
   // Scores the layer's units against `queries` [Hq, d], selects rows under the budget and copies
   // them from the pool (page `table`) into the region; `enabled` (optional, one bool on the
   // device) switches the selection and the copy off: both decode paths load through here.

@@ -189,13 +189,6 @@ std::unique_ptr<MemoryPolicy> make_policy(const std::string& spec) {
     auto prefill = make_policy(spec.substr(0, plus));
     if (prefill->decode_retrieval())
       throw std::invalid_argument("policy '" + spec + "': one decode policy at a time");
-    // The retrieval pool reads the working set's slots without their per-head validity.
-    if (const auto* e = dynamic_cast<const EpiCachePolicy*>(prefill.get());
-        e && (e->options().per_head == 2 || !e->layer_budgets().empty())) {
-      throw std::invalid_argument("policy '" + spec +
-                                  "': decode-time retrieval does not serve per-head or per-layer "
-                                  "budgets (per_head=2, layers=) yet");
-    }
     return std::make_unique<RetrievingPolicy>(std::move(prefill), std::move(decode));
   }
   std::string name;
