@@ -821,7 +821,10 @@ std::vector<int64_t> spread_ids(int64_t n, int64_t first, int64_t stride) {
 // against the per-layer path that decides on the host, on a random-weight model in f32: the same
 // logits, decisions, offloads and rows loaded, for LouisKV adaptive (a τ at which some steps
 // retrieve), LouisKV with a fixed stride and Quest, with a window that keeps offloading and a
-// budget far below the pool.
+// budget far below the pool. Ragged cases hide ~10-50 % of each (layer, KV head)'s prompt slots
+// (an EpiCache per_head=2 set) and fill them with large keys and values: the per-layer path gives
+// the same logits as without them (nothing reads a hidden slot) and, with a budget over the pool
+// at every step, the plain ragged decode's.
 nlohmann::json check_recorded_retrieval(bool& ok) {
   nlohmann::json out = nlohmann::json::array();
   LoadedModel m = load_model({"", "qwen2.5-0.5b", 4}, choose_device("cuda", "f32"), {});
@@ -833,17 +836,27 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
     std::string name;
     double tau;
     int64_t stride, page, window;
+    bool ragged = false;
+    int64_t budget = 128;
   };
   const std::vector<Case> cases{{"louiskv:tau=10", 0.1, 0, 0, 32},
                                 {"louiskv:tau=50", 0.5, 0, 0, 32},
                                 {"louiskv:stride=4", 0, 4, 0, 32},
                                 {"louiskv:stride=4,window=256", 0, 4, 0, 256},
-                                {"pageretrieval:page=8", 0, 0, 8, 32}};
+                                {"pageretrieval:page=8", 0, 0, 8, 32},
+                                {"louiskv:tau=10 ragged", 0.1, 0, 0, 32, true},
+                                {"pageretrieval:page=8 ragged", 0, 0, 8, 32, true},
+                                {"louiskv:stride=1,budget=2048 ragged", 0, 1, 0, 32, true, 2048}};
+  // Which prompt slots each (layer, KV head) sees in the ragged cases: head h hides ~10 + 10h %.
+  at::manual_seed(21);
+  const at::Tensor visible =
+      at::rand({c.num_layers, c.num_kv_heads, n})
+          .gt(at::linspace(0.1, 0.1 * double(c.num_kv_heads), c.num_kv_heads).view({1, -1, 1}));
   for (const Case& k : cases) {
     RetrievalSettings s;
     s.sinks = 16;
     s.window = k.window;
-    s.budget = 128;
+    s.budget = k.budget;
     s.full_layers = 1;
     const auto make = [&]() -> std::unique_ptr<RetrievalPolicy> {
       if (k.page > 0) return std::make_unique<PageRetrievalPolicy>(k.page, s);
@@ -852,12 +865,23 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
       o.stride = k.stride;
       return std::make_unique<LouisKvPolicy>(o, s);
     };
-    const auto run = [&](bool recorded, RetrievalStats& stats) {
+    // `poison`: the hidden slots hold large keys and values; `plain`: no retrieval, attention
+    // over the whole (ragged) cache.
+    const auto run = [&](bool recorded, RetrievalStats& stats, bool poison = false,
+                         bool plain = false) {
       const auto policy = make();
       KvCache cache({c.num_layers, c.num_kv_heads, c.head_dim}, 1, n + steps + 1, d.dtype(),
                     d.device());
       gpu::DeviceTimeline tl(d.device());
       prefill(d, cache, prompt, 512, tl, nullptr);
+      if (k.ragged) {
+        cache.set_key_valid(visible.to(d.device()));
+        for (int64_t l = 0; poison && l < c.num_layers; ++l) {
+          const at::Tensor hidden = cache.key_valid(l).logical_not().unsqueeze(-1);
+          cache.keys(l).masked_fill_(hidden, 40.0);
+          cache.values(l).masked_fill_(hidden, 1e3);
+        }
+      }
       RetrievalKvSource source(*policy, cache, steps, &cache);
       StaticDecodeStep step(d, cache);
       if (recorded) step.attach(&source);
@@ -871,18 +895,24 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
         req.phase = ForwardPhase::kDecode;
         req.tokens = {{fed[i]}};
         req.positions = {{n + i}};
-        logits.push_back(d.forward(req, source, tl, nullptr).logits.view({-1}).cpu());
+        CacheKvSource whole(cache);
+        KvSource& from = plain ? static_cast<KvSource&>(whole) : source;
+        logits.push_back(d.forward(req, from, tl, nullptr).logits.view({-1}).cpu());
       }
       step.attach(nullptr);
       stats = source.stats();
       return logits;
     };
-    RetrievalStats a, a2, b, b2;
+    RetrievalStats a, a2, b, b2, unused;
     const auto want = run(false, a);
-    const auto again = run(false, a2);
-    const auto got = run(true, b);
-    const auto got2 = run(true, b2);
-    double err = 0, repeat = 0;
+    const auto again = run(false, a2, k.ragged);  // ragged: the hidden slots poisoned
+    const auto got = run(true, b, k.ragged);
+    const auto got2 = run(true, b2, k.ragged);
+    // Over the pool at every step: the plain decode of the ragged cache.
+    const bool covering = k.ragged && k.budget >= n;
+    const std::vector<at::Tensor> whole =
+        covering ? run(false, unused, false, true) : std::vector<at::Tensor>();
+    double err = 0, repeat = 0, plain_err = 0;
     int64_t first = -1;
     for (int64_t i = 0; i < steps; ++i) {
       const double e = std::max((got[i] - want[i]).abs().max().item<double>(),
@@ -890,25 +920,32 @@ nlohmann::json check_recorded_retrieval(bool& ok) {
       if (e > 1e-3 && first < 0) first = i;
       err = std::max(err, e);
       repeat = std::max(repeat, (again[i] - want[i]).abs().max().item<double>());
+      if (covering)
+        plain_err = std::max(plain_err, (whole[i] - want[i]).abs().max().item<double>());
     }
     const bool same = a.retrievals == b.retrievals && a.offloaded_units == b.offloaded_units &&
                       a.loaded_rows == b.loaded_rows;
-    const bool pass = err <= 1e-3 && same;
+    const bool pass = err <= 1e-3 && same && (!k.ragged || repeat <= 1e-5) && plain_err <= 1e-3;
     ok = ok && pass;
-    std::fprintf(stderr,
-                 "%s recorded retrieval (run twice) vs per-layer, %s (f32, %lld in, %lld steps): "
-                 "max logit diff %.2e (first step over 1e-3: %lld; per-layer run twice: %.2e), "
-                 "retrievals "
-                 "%lld/%lld, offloaded units %lld/%lld\n",
-                 pass ? "PASS" : "FAIL", k.name.c_str(), static_cast<long long>(n),
-                 static_cast<long long>(steps), err, static_cast<long long>(first), repeat,
-                 static_cast<long long>(b.retrievals), static_cast<long long>(a.retrievals),
-                 static_cast<long long>(b.offloaded_units),
-                 static_cast<long long>(a.offloaded_units));
+    std::fprintf(
+        stderr,
+        "%s recorded retrieval (run twice) vs per-layer, %s (f32, %lld in, %lld steps): "
+        "max logit diff %.2e (first step over 1e-3: %lld; per-layer run twice%s: %.2e%s), "
+        "retrievals "
+        "%lld/%lld, offloaded units %lld/%lld\n",
+        pass ? "PASS" : "FAIL", k.name.c_str(), static_cast<long long>(n),
+        static_cast<long long>(steps), err, static_cast<long long>(first),
+        k.ragged ? ", hidden slots poisoned" : "", repeat,
+        covering ? (", vs the plain ragged decode " + std::to_string(plain_err)).c_str() : "",
+        static_cast<long long>(b.retrievals), static_cast<long long>(a.retrievals),
+        static_cast<long long>(b.offloaded_units), static_cast<long long>(a.offloaded_units));
     out.push_back({{"policy", k.name},
                    {"max_abs_logit_error", err},
                    {"first_step_over_tolerance", first},
                    {"per_layer_repeat_error", repeat},
+                   {"ragged", k.ragged},
+                   {"budget", k.budget},
+                   {"plain_ragged_decode_error", plain_err},
                    {"tolerance", 1e-3},
                    {"retrievals_recorded", b.retrievals},
                    {"retrievals_per_layer", a.retrievals},
