@@ -22,6 +22,7 @@
 #include "core/kv/kv_unit_pool.h"
 #include "core/kv/pinned_kv_source.h"
 #include "core/kv/retrieval_kv_source.h"
+#include "core/policies/epicache_policy.h"
 #include "core/policies/louiskv_policy.h"
 #include "core/policies/page_retrieval_policy.h"
 #include "core/policies/policy_registry.h"
@@ -1803,6 +1804,63 @@ nlohmann::json check_unit_attention_mass(bool& ok) {
   return out;
 }
 
+// EpiCache's joint selection (per_head=2, Ada-KV) ranked on the device against the same shrink
+// on the CPU: 8 KV heads, 4,096 cached tokens, scores in twentieths (ties everywhere), layer
+// budgets below the slot budget so heads share unevenly; the same lists, head for head.
+nlohmann::json check_joint_selection(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  const at::Device cuda(at::kCUDA, 0);
+  const int64_t heads = 8, group = 4, tokens = 4096, budget = 1024;
+  for (const int64_t m : {int64_t{768}, int64_t{256}}) {
+    at::manual_seed(31 + m);
+    const at::Tensor probs =
+        at::randint(0, 20, {1, heads * group, 1, tokens + 1}).to(at::kFloat) / 20;
+    std::vector<KeepPlan> plans;
+    for (const at::Device where : {at::Device(at::kCPU), cuda}) {
+      EpiCacheOptions o;
+      o.per_head = 2;
+      EpiCachePolicy policy(o);
+      policy.set_budget(budget);
+      policy.set_layer_budgets({m});
+      policy.set_patch({7});
+      LayerView view;
+      view.probs = probs.to(where);
+      view.k = at::zeros({1, heads, 1, 4}, at::TensorOptions().device(where));
+      policy.on_layer(view);
+      WorkingSetInfo ws;
+      ws.tokens = tokens;
+      ws.layers = 1;
+      ws.kv_heads = heads;
+      plans.push_back(*policy.shrink(ws, budget));
+    }
+    int64_t kept = 0, shortest = tokens, longest = 0;
+    bool same = true;
+    for (int64_t h = 0; h < heads; ++h) {
+      const auto &a = plans[0].per_head[0][static_cast<size_t>(h)],
+                 &b = plans[1].per_head[0][static_cast<size_t>(h)];
+      same = same && a == b;
+      kept += static_cast<int64_t>(b.size());
+      shortest = std::min<int64_t>(shortest, static_cast<int64_t>(b.size()));
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(b.size()));
+    }
+    const bool pass = same && kept == m * heads;
+    ok = ok && pass;
+    std::fprintf(stderr,
+                 "%s epicache joint selection on the device vs the CPU: M=%lld of %lld slots, "
+                 "%lld heads x %lld tokens, lists %lld..%lld\n",
+                 pass ? "PASS" : "FAIL", static_cast<long long>(m), static_cast<long long>(budget),
+                 static_cast<long long>(heads), static_cast<long long>(tokens),
+                 static_cast<long long>(shortest), static_cast<long long>(longest));
+    out.push_back({{"layer_budget", m},
+                   {"slot_budget", budget},
+                   {"kept_pairs", kept},
+                   {"shortest_list", shortest},
+                   {"longest_list", longest},
+                   {"pass", pass}});
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
   std::string json_path, shape = "qwen2.5-7b", only;
   int64_t prefix = 4096, tokens = 256;
@@ -1833,6 +1891,7 @@ int main(int argc, char** argv) {
     // run that differs.
     for (int rep = 0; rep < 3; ++rep)
       out["recorded_retrieval"].push_back(check_recorded_retrieval(ok));
+    out["joint_selection"] = check_joint_selection(ok);
     return finish();
   }
   if (only == "offloaded_working_set") {
@@ -1891,6 +1950,7 @@ int main(int argc, char** argv) {
   out["paged_pool"] = check_page_pool(ok);
   out["batched_recorded_step"] = check_batched_step(ok);
   guarded("recorded_retrieval", "recorded retrieval", [&] { return check_recorded_retrieval(ok); });
+  guarded("joint_selection", "joint selection", [&] { return check_joint_selection(ok); });
   guarded("offloaded_working_set", "offloaded working set",
           [&] { return check_offloaded_working_set(ok); });
   guarded("units_beside_prefill", "units beside the prefill",

@@ -391,6 +391,73 @@ class EpiCacheTest : public QObject {
     QCOMPARE(plan->per_head[0][1], (std::vector<int64_t>{0, 2, 5, 6}));
   }
 
+  // per_head=2 (Ada-KV's joint selection) under a layer budget below the slot budget: each
+  // layer keeps its top M·H (head, token) pairs by score, no head more than the slot budget,
+  // ties to the lower head and token (a greedy pass over a stable sort, computed here by hand),
+  // with scores full of ties and with one head that would take more than the cap.
+  void jointSelectionTakesTheTopPairsUnderTheCap() {
+    const int64_t tokens = 40, tail = 2, budget = 20, m = 12;
+    for (const bool dominated : {false, true}) {
+      EpiCacheOptions o;
+      o.tail = tail;
+      o.per_head = 2;
+      EpiCachePolicy policy(o);
+      policy.set_budget(budget);
+      policy.set_layer_budgets({m});
+      policy.set_patch({7});
+      at::manual_seed(dominated ? 2 : 1);
+      // Scores in tenths (many ties); query heads 0 and 3 stand for KV heads 0 and 1.
+      at::Tensor probs = at::zeros({1, 4, 1, tokens + 1});
+      at::Tensor raw0 = at::randint(0, 5, {tokens}).to(at::kFloat) / 10;
+      at::Tensor raw1 = at::randint(0, 5, {tokens}).to(at::kFloat) / 10;
+      if (dominated) {  // head 0's first 25 tokens outrank all of head 1: the cap stops it at 18
+        raw0 = at::arange(tokens).lt(25).to(at::kFloat);
+        raw1 = at::ones({tokens});
+      }
+      probs[0][0][0].narrow(0, 0, tokens).copy_(raw0);
+      probs[0][3][0].narrow(0, 0, tokens).copy_(raw1);
+      // Eq. 3 renormalises each row over the cached tokens.
+      const at::Tensor head0 = raw0 / raw0.sum(0, true), head1 = raw1 / raw1.sum(0, true);
+      LayerView view;
+      view.layer = 0;
+      view.probs = probs;
+      view.k = at::zeros({1, 2, 1, 4});
+      policy.on_layer(view);
+      WorkingSetInfo ws;
+      ws.tokens = tokens;
+      ws.layers = 1;
+      ws.kv_heads = 2;
+      const auto plan = policy.shrink(ws, budget);
+      QVERIFY(plan.has_value());
+      // By hand: pairs in descending score, ties to the lower (head, token); at most
+      // (m - tail) * 2 of them, each head at most budget - tail.
+      const int64_t older = tokens - tail, pairs = (m - tail) * 2, cap = budget - tail;
+      std::vector<std::pair<float, int64_t>> all;  // (score, head * older + token)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t j = 0; j < older; ++j)
+          all.push_back({(h == 0 ? head0 : head1)[j].item<float>(), h * older + j});
+      std::stable_sort(all.begin(), all.end(),
+                       [](const auto& a, const auto& b) { return a.first > b.first; });
+      std::vector<std::vector<int64_t>> want(2);
+      int64_t taken = 0;
+      for (const auto& [score, flat] : all) {
+        if (taken == pairs) break;
+        auto& list = want[static_cast<size_t>(flat / older)];
+        if (static_cast<int64_t>(list.size()) == cap) continue;
+        list.push_back(flat % older);
+        ++taken;
+      }
+      for (auto& list : want) {
+        std::sort(list.begin(), list.end());
+        for (int64_t j = older; j < tokens; ++j)
+          list.push_back(j);
+      }
+      QCOMPARE(plan->per_head[0][0], want[0]);
+      QCOMPARE(plan->per_head[0][1], want[1]);
+      if (dominated) QCOMPARE(static_cast<int64_t>(want[0].size()), cap + tail);
+    }
+  }
+
   // Decoded tokens are appended to the episode cache: a fixed working set is shrunk only when
   // full (its budget + block), back to the budget less the slack; an unbounded one at its budget.
   void decodeShrinksOnlyAFullWorkingSet() {
