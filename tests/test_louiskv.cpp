@@ -172,6 +172,50 @@ class LouisKvTest : public QObject {
     QVERIFY(u.index[1][2].abs().sum().item<float>() == 0.0f);  // empty cluster
   }
 
+  // A ragged layer's units (EpiCache per_head=2 sets): each head's cover exactly its visible
+  // keys, first in its order, its hidden ones after in no unit, and what a hidden key holds
+  // changes nothing; LouisKV in one masked k-means (each unit indexed by its members' mean key),
+  // Quest head by head (the default). Head 3 sees no key at all.
+  void raggedUnitsHoldEachHeadsVisibleKeys() {
+    at::manual_seed(5);
+    const int64_t heads = 4, n = 300, d = 16;
+    const at::Tensor keys = at::randn({heads, n, d});
+    const at::Tensor visible =
+        at::rand({heads, n}).gt(at::tensor({0.1, 0.4, 0.7, 1.5}).view({-1, 1}));
+    const at::Tensor poisoned = keys.masked_fill(visible.logical_not().unsqueeze(-1), 40.0);
+    const int64_t most = visible.sum(1).max().item<int64_t>();
+    for (int kind = 0; kind < 2; ++kind) {
+      std::unique_ptr<RetrievalPolicy> policy;
+      if (kind == 0)
+        policy = std::make_unique<LouisKvPolicy>(LouisKvOptions{}, settings(4, 8, 64, 0));
+      else
+        policy = std::make_unique<PageRetrievalPolicy>(16, settings(4, 8, 64, 0));
+      const PromptUnits u = policy->ragged_prompt_units(1, keys, visible);
+      const PromptUnits p = policy->ragged_prompt_units(1, poisoned, visible);
+      QVERIFY(u.order.equal(p.order));
+      QVERIFY(u.sizes.equal(p.sizes));
+      QVERIFY(u.offsets.equal(p.offsets));
+      QVERIFY(u.index.equal(p.index));
+      QCOMPARE(u.sizes.size(1), (most + 15) / 16);
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t seen = visible[h].sum().item<int64_t>();
+        QCOMPARE(u.sizes[h].sum().item<int64_t>(), seen);
+        QVERIFY(std::get<0>(u.order[h].sort()).equal(at::arange(n)));
+        QVERIFY(visible[h].index_select(0, u.order[h].narrow(0, 0, seen)).all().item<bool>());
+        QVERIFY((u.offsets[h] + u.sizes[h]).le(seen).all().item<bool>());
+        for (int64_t k = 0; kind == 0 && k < u.sizes.size(1); ++k) {
+          const int64_t size = u.sizes[h][k].item<int64_t>();
+          if (size == 0) continue;
+          const at::Tensor members = u.order[h].narrow(0, u.offsets[h][k].item<int64_t>(), size);
+          const double diff =
+              (keys[h].index_select(0, members).mean(0) - u.index[h][k]).abs().max().item<double>();
+          QVERIFY2(diff < 1e-5, qPrintable(QString("head %1 unit %2: %3").arg(h).arg(k).arg(diff)));
+        }
+      }
+      if (kind == 0) QVERIFY(u.kmeans_rounds >= 1);
+    }
+  }
+
   void boundaryRuleAndStride() {
     LouisKvOptions o;
     o.tau = 0.7;

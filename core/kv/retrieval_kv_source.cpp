@@ -126,7 +126,11 @@ RetrievalKvSource::RetrievalKvSource(RetrievalPolicy& policy, const KvCache& wor
       const PromptUnits* made =
           ready && li < static_cast<int64_t>(ready->size()) ? &(*ready)[li] : nullptr;
       if (visible.defined()) {
-        units = ragged_prompt_units(li, pk, visible.narrow(1, sinks_, prompt), l);
+        const at::Tensor shown = visible.narrow(1, sinks_, prompt);
+        units = policy_.ragged_prompt_units(li, pk, shown);
+        const at::Tensor rows = shown.sum(1).cpu();
+        for (int64_t h = 0; h < heads; ++h)
+          l.head_rows[static_cast<size_t>(h)] = rows[h].item<int64_t>();
       } else if (made && made->order.defined() && made->order.size(1) == prompt) {
         units = *made;
         ++stats_.units_beside_prefill;
@@ -205,50 +209,6 @@ void RetrievalKvSource::write_rows(int64_t layer, int64_t first_row, const at::T
   const at::Tensor table = cuda ? host.to(keys.device(), /*non_blocking=*/true) : host;
   at::Tensor slab = pool_->slab(PageTier::kPinned);
   gpu::scatter_pages(slab, layer, keys, values, table[0], table[1], table[2], table[3]);
-}
-
-PromptUnits RetrievalKvSource::ragged_prompt_units(int64_t layer, const at::Tensor& keys,
-                                                   const at::Tensor& visible, Layer& l) {
-  const int64_t heads = keys.size(0);
-  const at::Tensor seen = visible.cpu();
-  const auto on_device = [&](const at::Tensor& t) { return t.to(keys.device()); };
-  std::vector<PromptUnits> own(static_cast<size_t>(heads));
-  std::vector<at::Tensor> orders;
-  int64_t most = 0, width = 0, rounds = 0;
-  for (int64_t h = 0; h < heads; ++h) {
-    const at::Tensor shown = on_device(seen[h].nonzero().view(-1));
-    const at::Tensor hidden = on_device(seen[h].logical_not().nonzero().view(-1));
-    l.head_rows[static_cast<size_t>(h)] = shown.numel();
-    if (shown.numel() == 0) {
-      orders.push_back(hidden);
-      continue;
-    }
-    // The policy's own units over what this head sees (LouisKV: a k-means of its keys alone).
-    PromptUnits& u = own[static_cast<size_t>(h)];
-    u = policy_.prompt_units(layer, keys.narrow(0, h, 1).index_select(1, shown));
-    orders.push_back(at::cat({shown.index_select(0, on_device(u.order[0])), hidden}));
-    most = std::max(most, u.sizes.size(1));
-    width = u.index.size(2);
-    rounds = std::max(rounds, u.kmeans_rounds);
-  }
-  if (most == 0) width = policy_.unit_index(keys.narrow(1, 0, 1)).size(1);
-  // Heads with fewer units pad with empty ones (size 0, never taken), as an empty cluster is.
-  const auto longs = keys.options().dtype(at::kLong);
-  PromptUnits units;
-  units.order = at::stack(orders);
-  units.sizes = at::zeros({heads, most}, longs);
-  units.offsets = at::zeros({heads, most}, longs);
-  units.index = at::zeros({heads, most, width}, keys.options().dtype(at::kFloat));
-  for (int64_t h = 0; h < heads; ++h) {
-    const PromptUnits& u = own[static_cast<size_t>(h)];
-    if (!u.sizes.defined()) continue;
-    const int64_t n = u.sizes.size(1);
-    units.sizes[h].narrow(0, 0, n).copy_(u.sizes[0]);
-    units.offsets[h].narrow(0, 0, n).copy_(u.offsets[0]);
-    units.index[h].narrow(0, 0, n).copy_(u.index[0]);
-  }
-  units.kmeans_rounds = rounds;
-  return units;
 }
 
 int64_t RetrievalKvSource::reach(const Layer& l) const {

@@ -199,10 +199,6 @@ class RetrievalKvSource : public KvSource {
   // The map's r_t of the layer's last decision, and its own τ when it has one.
   void note_similarity(int64_t layer);
   void offload_oldest(int64_t layer, Layer& l);
-  // A ragged layer's prompt units: each head's visible keys (`visible` [H, N] bool) made into
-  // units on their own; the rows of its hidden slots follow them in the pool, in no unit.
-  PromptUnits ragged_prompt_units(int64_t layer, const at::Tensor& keys, const at::Tensor& visible,
-                                  Layer& l);
   // Rows a retrieval fills per KV head: the most over the heads, and the sum over them.
   int64_t reach(const Layer& l) const;
   int64_t rows_per_retrieval(const Layer& l) const;

@@ -1,5 +1,6 @@
 #include "core/policies/louiskv_policy.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpu/key_kmeans.h"
@@ -9,23 +10,50 @@ namespace engram {
 
 std::pair<at::Tensor, at::Tensor> cluster_keys(const at::Tensor& keys, int64_t clusters,
                                                int64_t iterations, int64_t moved_permille,
-                                               int64_t* rounds) {
-  const int64_t n = keys.size(1);
+                                               int64_t* rounds, const at::Tensor& visible) {
+  const int64_t n = keys.size(1), d = keys.size(2);
   clusters = std::clamp<int64_t>(clusters, 1, n);
-  // Start from keys spread evenly over the prompt: every region of the text gets a centroid.
-  const at::Tensor start =
-      at::linspace(0, static_cast<double>(n - 1), clusters, keys.options().dtype(at::kDouble))
-          .round()
-          .to(at::kLong);
-  at::Tensor centroids = keys.index_select(1, start).to(at::kFloat);
+  at::Tensor centroids;
+  if (!visible.defined()) {
+    // Start from keys spread evenly over the prompt: every region of the text gets a centroid.
+    const at::Tensor start =
+        at::linspace(0, static_cast<double>(n - 1), clusters, keys.options().dtype(at::kDouble))
+            .round()
+            .to(at::kLong);
+    centroids = keys.index_select(1, start).to(at::kFloat);
+  } else {
+    // The same over each head's visible keys: the slots they are in (stable: visible ones first,
+    // in slot order), then evenly spaced picks among the first count of them.
+    const at::Tensor shown =
+        std::get<1>(visible.logical_not().to(at::kInt).sort(/*stable=*/true, 1, false));
+    const at::Tensor last = (visible.sum(1, true) - 1).clamp_min(0).to(at::kDouble);
+    const at::Tensor picks =
+        (at::linspace(0, 1, clusters, last.options()).view({1, -1}) * last).round().to(at::kLong);
+    const at::Tensor start = shown.gather(1, picks);
+    centroids = keys.gather(1, start.unsqueeze(-1).expand({-1, -1, d})).to(at::kFloat);
+  }
   centroids = centroids / centroids.norm(2, -1, true).clamp_min(1e-12);
-  at::Tensor assignment = gpu::kmeans_assign(keys, centroids);
+  // Hidden keys go to one more cluster, updated with the others and dropped.
+  const at::Tensor hidden = visible.defined() ? visible.logical_not() : at::Tensor();
+  const auto assign = [&](const at::Tensor& c) {
+    const at::Tensor a = gpu::kmeans_assign(keys, c);
+    return hidden.defined() ? a.masked_fill(hidden, clusters) : a;
+  };
+  const auto update = [&](const at::Tensor& a, const at::Tensor& c) {
+    if (!hidden.defined()) return gpu::kmeans_update(keys, a, c);
+    return gpu::kmeans_update(keys, a, at::cat({c, c.narrow(1, 0, 1)}, 1))
+        .narrow(1, 0, clusters)
+        .contiguous();
+  };
+  at::Tensor assignment = assign(centroids);
   // One count crosses to the host per round either way (equal() synchronises too).
-  const int64_t allowed = assignment.numel() * std::max<int64_t>(0, moved_permille) / 1000;
+  const int64_t keys_clustered =
+      hidden.defined() ? visible.sum().item<int64_t>() : assignment.numel();
+  const int64_t allowed = keys_clustered * std::max<int64_t>(0, moved_permille) / 1000;
   int64_t ran = 0;
   for (int64_t it = 0; it < iterations; ++it) {
-    centroids = gpu::kmeans_update(keys, assignment, centroids);
-    at::Tensor next = gpu::kmeans_assign(keys, centroids);
+    centroids = update(assignment, centroids);
+    at::Tensor next = assign(centroids);
     ++ran;
     const int64_t moved = next.ne(assignment).sum().item<int64_t>();
     assignment = next;
@@ -112,6 +140,25 @@ PromptUnits LouisKvPolicy::prompt_units(int64_t /*layer*/, const at::Tensor& key
   const at::Tensor assignment =
       cluster_keys(keys, clusters, options_.iterations, options_.moved_permille, &rounds).first;
   PromptUnits units = units_from_assignment(keys, assignment, std::min(clusters, n));
+  units.kmeans_rounds = rounds;
+  return units;
+}
+
+PromptUnits LouisKvPolicy::ragged_prompt_units(int64_t /*layer*/, const at::Tensor& keys,
+                                               const at::Tensor& visible) {
+  const int64_t most = visible.sum(1).max().item<int64_t>();
+  const int64_t clusters = std::max<int64_t>(
+      1, (most + options_.cluster_tokens - 1) / std::max<int64_t>(1, options_.cluster_tokens));
+  int64_t rounds = 0;
+  const at::Tensor assignment =
+      cluster_keys(keys, clusters, options_.iterations, options_.moved_permille, &rounds, visible)
+          .first;
+  const int64_t k = std::min(clusters, keys.size(1));
+  // Cluster k holds the hidden keys: last in each head's order, and no unit.
+  PromptUnits units = units_from_assignment(keys, assignment, k + 1);
+  units.sizes = units.sizes.narrow(1, 0, k).contiguous();
+  units.offsets = units.offsets.narrow(1, 0, k).contiguous();
+  units.index = units.index.narrow(1, 0, k).contiguous();
   units.kmeans_rounds = rounds;
   return units;
 }

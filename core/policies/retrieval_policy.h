@@ -80,6 +80,12 @@ class RetrievalPolicy {
   virtual void begin_decode(int64_t layers, int64_t prompt_tokens, int64_t max_new_tokens) = 0;
   // keys [H, N, d] after RoPE, the layer's retrievable prompt tokens (the sinks excluded).
   virtual PromptUnits prompt_units(int64_t layer, const at::Tensor& keys) = 0;
+  // The same for a layer of a ragged working set (core/kv/working_set.h), whose KV heads each see
+  // some of the keys: `visible` [H, N] bool. Head h's units cover exactly its visible keys: its
+  // `order` lists them first and its hidden ones after, in no unit. By default each head's units
+  // are made alone (prompt_units() on its visible keys; empty units pad the heads with fewer).
+  virtual PromptUnits ragged_prompt_units(int64_t layer, const at::Tensor& keys,
+                                          const at::Tensor& visible);
   // The index of one unit of generated tokens leaving the local window: keys [H, n, d] -> [H, I].
   virtual at::Tensor unit_index(const at::Tensor& keys) const = 0;
   // Whether layer `layer` retrieves at decode step `step` (0: the first, always asked) for the
