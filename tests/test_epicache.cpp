@@ -68,6 +68,21 @@ std::unique_ptr<EpiCachePolicy> epicache(int64_t budget, std::vector<int64_t> pa
   return p;
 }
 
+// Layer 0 of a 2-KV-head model attended with `probs` [1, 4, 1, T] (the patch's own column last):
+// what the policy then knows of a working set of `tokens` slots.
+WorkingSetInfo observe_one_layer(EpiCachePolicy& policy, const at::Tensor& probs, int64_t tokens) {
+  LayerView view;
+  view.layer = 0;
+  view.probs = probs;
+  view.k = at::zeros({1, 2, 1, 4});
+  policy.on_layer(view);
+  WorkingSetInfo ws;
+  ws.tokens = tokens;
+  ws.layers = 1;
+  ws.kv_heads = 2;
+  return ws;
+}
+
 }  // namespace
 
 class EpiCacheTest : public QObject {
@@ -375,16 +390,7 @@ class EpiCacheTest : public QObject {
       probs[0][0][0][i] = head0[i];
       probs[0][3][0][i] = head3[i];
     }
-    LayerView view;
-    view.layer = 0;
-    view.probs = probs;
-    view.k = at::zeros({1, 2, 1, 4});
-    policy.on_layer(view);
-    WorkingSetInfo ws;
-    ws.tokens = 7;
-    ws.layers = 1;
-    ws.kv_heads = 2;
-    const auto plan = policy.shrink(ws, 4);
+    const auto plan = policy.shrink(observe_one_layer(policy, probs, 7), 4);
     QVERIFY(plan.has_value());
     // Head 0 (query heads 0, 1): top 2 of slots 0..4 are 1 and 3; head 1: 0 and 2; tail 5, 6.
     QCOMPARE(plan->per_head[0][0], (std::vector<int64_t>{1, 3, 5, 6}));
@@ -418,16 +424,7 @@ class EpiCacheTest : public QObject {
       probs[0][3][0].narrow(0, 0, tokens).copy_(raw1);
       // Eq. 3 renormalises each row over the cached tokens.
       const at::Tensor head0 = raw0 / raw0.sum(0, true), head1 = raw1 / raw1.sum(0, true);
-      LayerView view;
-      view.layer = 0;
-      view.probs = probs;
-      view.k = at::zeros({1, 2, 1, 4});
-      policy.on_layer(view);
-      WorkingSetInfo ws;
-      ws.tokens = tokens;
-      ws.layers = 1;
-      ws.kv_heads = 2;
-      const auto plan = policy.shrink(ws, budget);
+      const auto plan = policy.shrink(observe_one_layer(policy, probs, tokens), budget);
       QVERIFY(plan.has_value());
       // By hand: pairs in descending score, ties to the lower (head, token); at most
       // (m - tail) * 2 of them, each head at most budget - tail.

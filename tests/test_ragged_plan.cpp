@@ -116,6 +116,16 @@ std::vector<at::Tensor> decode(const Decoder& d, KvWorkingSet& ws,
   return out;
 }
 
+// Greedy decoding of exactly `tokens` tokens, the prompt prefilled in blocks of 16.
+GenerationOptions greedy(int64_t tokens) {
+  GenerationOptions options;
+  options.max_new_tokens = tokens;
+  options.stop_at_eos = false;
+  options.prefill_chunk = 16;
+  options.sampling.temperature = 0;
+  return options;
+}
+
 RetrievalSettings retrieval_settings(int64_t budget) {
   RetrievalSettings s;
   s.sinks = 8;
@@ -451,11 +461,7 @@ class RaggedPlanTest : public QObject {
     const Decoder& d = decoder("qwen3-qknorm");
     const ModelConfig& c = d.config();
     const auto prompt = test::token_ids(70, 8);
-    GenerationOptions options;
-    options.max_new_tokens = 12;
-    options.stop_at_eos = false;
-    options.prefill_chunk = 16;
-    options.sampling.temperature = 0;
+    const GenerationOptions options = greedy(12);
     FullPolicy full;
     KvWorkingSet full_ws(shape_of(c), 0, d.dtype(), d.device(), c.max_positions);
     const GenerationResult want = generate(d, full, full_ws, {}, prompt, options, nullptr);
@@ -610,11 +616,7 @@ class RaggedPlanTest : public QObject {
     const Decoder& d = decoder("qwen3-qknorm");
     const ModelConfig& c = d.config();
     const auto prompt = test::token_ids(150, 8);
-    GenerationOptions options;
-    options.max_new_tokens = 16;
-    options.stop_at_eos = false;
-    options.prefill_chunk = 16;
-    options.sampling.temperature = 0;
+    const GenerationOptions options = greedy(16);
     const auto run = [&](const std::string& spec, KvWorkingSet& ws) {
       auto policy = make_policy(spec);
       policy->set_budget(64);

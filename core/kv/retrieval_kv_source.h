@@ -15,6 +15,10 @@
 //       moves to the pool as a new unit with its own index (written into the pages on the device,
 //       gpu::scatter_pages: no host round trip).
 //
+// Over a ragged working set (EpiCache per_head=2: its KV heads see different slots) each head's
+// units hold only the slots it sees (RetrievalPolicy::ragged_prompt_units) and the region carries
+// a per-head validity, attention's key_valid (docs/louiskv.md "Over a ragged working set").
+//
 // Keys keep the RoPE positions they were computed at and the query is at its true position, so a
 // retrieved token attends exactly as in full attention; a budget that covers the pool gives
 // exactly full attention (tests/test_louiskv.cpp). With a mirror cache (the conversation's working
