@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "gpu/env_flag.h"
 #include "gpu/float_convert.cuh"
 #include "gpu/louiskv_scoring.h"
 
@@ -74,6 +75,26 @@ __global__ void louiskv_decide_kernel(const T* q, float* previous, const int64_t
 constexpr int kUnitsPerBlock = 32;  // = a warp's lanes: the partials are a warp reduction
 constexpr int kMeanUnitsPerBlock = kThreads;
 
+// A warp a query head, a lane a unit of the block: the block's max and sum of exp of the logits
+// (0 when none is live), its softmax partials.
+__device__ void block_partials(const float (*block_logits)[kUnitsPerBlock], int64_t h,
+                               int64_t group, int64_t blocks, float* partial_max,
+                               float* partial_sum) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t j = warp; j < group; j += kWarps) {
+    const float v = block_logits[j][lane];
+    float m = v;
+    for (int offset = 16; offset > 0; offset /= 2)
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, offset));
+    const float e = m == -INFINITY ? 0.f : expf(v - m);
+    const float sum = warp_sum(e);
+    if (lane == 0) {
+      partial_max[(h * group + j) * blocks + blockIdx.x] = m;
+      partial_sum[(h * group + j) * blocks + blockIdx.x] = sum;
+    }
+  }
+}
+
 template <typename TQ, typename TI>
 __global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_head_stride,
                                    const bool* live, const bool* enabled, int64_t group,
@@ -119,19 +140,88 @@ __global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_h
     }
   }
   __syncthreads();
-  // A warp a query head, a lane a unit: the block's max and sum of exp (0 when none is live).
-  for (int64_t j = warp; j < group; j += kWarps) {
-    const float v = block_logits[j][lane];
-    float m = v;
-    for (int offset = 16; offset > 0; offset /= 2)
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, offset));
-    const float e = m == -INFINITY ? 0.f : expf(v - m);
-    const float sum = warp_sum(e);
-    if (lane == 0) {
-      partial_max[(h * group + j) * blocks + blockIdx.x] = m;
-      partial_sum[(h * group + j) * blocks + blockIdx.x] = sum;
+  block_partials(block_logits, h, group, blocks, partial_max, partial_sum);
+}
+
+// Four units a warp, eight lanes a unit: each lane reads four elements (one 8-byte load of a
+// bf16/f16 index, 16 bytes of f32) at every 32nd element, and the eight lanes of a unit add up
+// in three shuffles per query head. The first kernel (a warp a unit, 2-byte loads, a 32-lane sum
+// per query head) made a scoring ~7 µs a layer slower than cuBLAS's path on the 8B shape.
+// Needs d % 32 == 0 and the index's rows aligned to their 4-element loads.
+constexpr int kLanesPerUnit = 8;
+constexpr int kUnitsPerWarp = 32 / kLanesPerUnit;
+
+__device__ inline void load4(const float* p, float v[4]) {
+  const float4 x = *reinterpret_cast<const float4*>(p);
+  v[0] = x.x;
+  v[1] = x.y;
+  v[2] = x.z;
+  v[3] = x.w;
+}
+template <typename T2>
+__device__ inline void load4_half2(const void* p, float v[4]) {
+  const uint2 x = *reinterpret_cast<const uint2*>(p);
+  const T2 a = *reinterpret_cast<const T2*>(&x.x), b = *reinterpret_cast<const T2*>(&x.y);
+  v[0] = to_f(a.x);
+  v[1] = to_f(a.y);
+  v[2] = to_f(b.x);
+  v[3] = to_f(b.y);
+}
+__device__ inline void load4(const __nv_bfloat16* p, float v[4]) {
+  load4_half2<__nv_bfloat162>(p, v);
+}
+__device__ inline void load4(const __half* p, float v[4]) {
+  load4_half2<__half2>(p, v);
+}
+
+template <typename TQ, typename TI>
+__global__ void unit_logits_vec_kernel(const TQ* q, const TI* index, int64_t index_head_stride,
+                                       const bool* live, const bool* enabled, int64_t group,
+                                       int64_t units, int64_t d, float scale, float* logits,
+                                       float* partial_max, float* partial_sum) {
+  if (enabled && !*enabled) return;   // the layer decided on the device not to retrieve
+  extern __shared__ float group_q[];  // [group, d] of this KV head, in f32
+  __shared__ float block_logits[kMaxScoreGroup][kUnitsPerBlock];
+  const int64_t h = blockIdx.y, blocks = gridDim.x;
+  for (int64_t i = threadIdx.x; i < group * d; i += blockDim.x)
+    group_q[i] = to_f(q[h * group * d + i]);
+  __syncthreads();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int part = lane % kLanesPerUnit;
+  const int k = warp * kUnitsPerWarp + lane / kLanesPerUnit;  // the unit in the block
+  const int64_t u = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock + k;
+  float acc[kMaxScoreGroup];
+#pragma unroll
+  for (int j = 0; j < kMaxScoreGroup; ++j)
+    acc[j] = 0.f;
+  if (u < units) {
+    const TI* key = index + h * index_head_stride + u * d;
+    for (int64_t i = 4 * part; i < d; i += 4 * kLanesPerUnit) {
+      float kv[4];
+      load4(key + i, kv);
+#pragma unroll
+      for (int j = 0; j < kMaxScoreGroup; ++j) {
+        if (j >= group) break;
+        const float4 qv = *reinterpret_cast<const float4*>(group_q + j * d + i);
+        acc[j] += qv.x * kv[0] + qv.y * kv[1] + qv.z * kv[2] + qv.w * kv[3];
+      }
     }
   }
+  const bool alive = u < units && (live == nullptr || live[u]);
+#pragma unroll
+  for (int j = 0; j < kMaxScoreGroup; ++j) {
+    if (j >= group) break;
+    float dot = acc[j];
+    for (int offset = kLanesPerUnit / 2; offset > 0; offset /= 2)
+      dot += __shfl_xor_sync(0xffffffff, dot, offset);
+    const float logit = alive ? dot * scale : -INFINITY;
+    if (part == 0) {
+      if (u < units) logits[(h * group + j) * units + u] = logit;
+      block_logits[j][k] = logit;
+    }
+  }
+  __syncthreads();
+  block_partials(block_logits, h, group, blocks, partial_max, partial_sum);
 }
 
 __global__ void unit_softmax_mean_kernel(const float* logits, const float* partial_max,
@@ -207,6 +297,8 @@ at::Tensor louiskv_scores_cuda(const at::Tensor& q, const at::Tensor& index, con
   at::Tensor scores = at::empty({heads, units}, f32);
   const bool* on = enabled.defined() ? enabled.data_ptr<bool>() : nullptr;
   const auto stream = at::cuda::getCurrentCUDAStream();
+  // ENGRAM_WARP_SCORES=1: the first logits kernel (a warp a unit), the peer in benchmarks.
+  static const bool warp_scores = env_flag("ENGRAM_WARP_SCORES");
   float* partial_max = partials.data_ptr<float>();
   float* partial_sum = partial_max + heads * group * blocks;
   by_dtype(q.scalar_type(), [&](auto q_tag) {
@@ -214,7 +306,13 @@ at::Tensor louiskv_scores_cuda(const at::Tensor& q, const at::Tensor& index, con
       using TQ = decltype(q_tag);
       using TI = decltype(index_tag);
       const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
-      unit_logits_kernel<TQ, TI><<<grid, kThreads, group * d * sizeof(float), stream>>>(
+      // The vector loads need 4-element rows aligned to their size (8 bytes, f32 16).
+      const int64_t align = 4 * static_cast<int64_t>(sizeof(TI));
+      const bool vec = !warp_scores && d % 32 == 0 &&
+                       reinterpret_cast<uintptr_t>(index.data_ptr()) % align == 0 &&
+                       index.stride(0) * static_cast<int64_t>(sizeof(TI)) % align == 0;
+      const auto kernel = vec ? unit_logits_vec_kernel<TQ, TI> : unit_logits_kernel<TQ, TI>;
+      kernel<<<grid, kThreads, group * d * sizeof(float), stream>>>(
           reinterpret_cast<const TQ*>(q.data_ptr()), reinterpret_cast<const TI*>(index.data_ptr()),
           index.stride(0), live.defined() ? live.data_ptr<bool>() : nullptr, on, group, units, d,
           static_cast<float>(1.0 / std::sqrt(static_cast<double>(d))), logits.data_ptr<float>(),
