@@ -68,10 +68,11 @@ __global__ void louiskv_decide_kernel(const T* q, float* previous, const int64_t
 // units (a first fused kernel with one block per KV head was 8x slower than torch ops: 8 blocks
 // on a 132-SM card; a second launch of a block per KV head was 0.05 ms a token slower than this
 // one on the 8B shape, bench/results/2026-11-27-h100-louiskv-scores-off). 1: a block takes 32 units
-// of one KV head, a warp a unit: the logits of each query head of the group, and the block's max
-// and sum of exp for each query head (online softmax partials). 2: a block takes 256 units of one
-// KV head, combines the partials of every block of the head (a warp a query head) and writes each
-// unit's mean over the group of its softmax.
+// of one KV head (unit_logits_vec_kernel: eight lanes a unit; unit_logits_kernel, for rows the
+// vector loads do not fit: a warp a unit): the logits of each query head of the group, and the
+// block's max and sum of exp for each query head (online softmax partials). 2: a block takes 256
+// units of one KV head, combines the partials of every block of the head (a warp a query head) and
+// writes each unit's mean over the group of its softmax.
 constexpr int kUnitsPerBlock = 32;  // = a warp's lanes: the partials are a warp reduction
 constexpr int kMeanUnitsPerBlock = kThreads;
 
@@ -147,7 +148,9 @@ __global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_h
 // bf16/f16 index, 16 bytes of f32) at every 32nd element, and the eight lanes of a unit add up
 // in three shuffles per query head. The first kernel (a warp a unit, 2-byte loads, a 32-lane sum
 // per query head) made a scoring ~7 µs a layer slower than cuBLAS's path on the 8B shape.
-// Needs d % 32 == 0 and the index's rows aligned to their 4-element loads.
+// Needs d % 32 == 0 and the index's rows aligned to their 4-element loads. 8B shape, 32K in, a
+// retrieval at every token: 12.19 ms/token against 13.09 with the first kernel and 12.83 with the
+// torch ops (bench/results/2026-11-28-h100-louiskv-vector-scores).
 constexpr int kLanesPerUnit = 8;
 constexpr int kUnitsPerWarp = 32 / kLanesPerUnit;
 
