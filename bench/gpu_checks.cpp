@@ -1894,6 +1894,10 @@ int main(int argc, char** argv) {
     out["joint_selection"] = check_joint_selection(ok);
     return finish();
   }
+  if (only == "joint_selection") {
+    out["joint_selection"] = check_joint_selection(ok);
+    return finish();
+  }
   if (only == "offloaded_working_set") {
     out["offloaded_working_set"] = check_offloaded_working_set(ok);
     return finish();

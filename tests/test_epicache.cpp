@@ -4,7 +4,9 @@
 // equals full KV; its scores equal Eq. 3 computed by hand from the layer's queries and keys.
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/engine/generator.h"
 #include "core/kv/cache_kv_source.h"
@@ -452,6 +454,25 @@ class EpiCacheTest : public QObject {
       QCOMPARE(plan->per_head[0][0], want[0]);
       QCOMPARE(plan->per_head[0][1], want[1]);
       if (dominated) QCOMPARE(static_cast<int64_t>(want[0].size()), cap + tail);
+      // The scores follow their slots: each list right-aligned in the longest list's slots, the
+      // empty ones before it at -inf (what a later shrink without a fresh patch ranks by).
+      const auto n = static_cast<int64_t>(std::max(want[0].size(), want[1].size()));
+      const at::Tensor kept = policy.layer_scores(0);
+      QCOMPARE(kept.size(1), n);
+      for (int64_t h = 0; h < 2; ++h) {
+        const auto& list = want[static_cast<size_t>(h)];
+        const int64_t pad = n - static_cast<int64_t>(list.size());
+        for (int64_t j = 0; j < n; ++j) {
+          const float got = kept[h][j].item<float>();
+          if (j < pad) {
+            QCOMPARE(got, -std::numeric_limits<float>::infinity());
+            continue;
+          }
+          const float expect =
+              (h == 0 ? head0 : head1)[list[static_cast<size_t>(j - pad)]].item<float>();
+          QVERIFY(std::abs(got - expect) < 1e-7f);
+        }
+      }
     }
   }
 
