@@ -96,6 +96,14 @@ __device__ void block_partials(const float (*block_logits)[kUnitsPerBlock], int6
   }
 }
 
+// The block's KV head's group of queries (n values) into shared memory, in f32.
+template <typename TQ>
+__device__ void stage_group_queries(const TQ* q, int64_t n, float* group_q) {
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    group_q[i] = to_f(q[i]);
+  __syncthreads();
+}
+
 template <typename TQ, typename TI>
 __global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_head_stride,
                                    const bool* live, const bool* enabled, int64_t group,
@@ -105,9 +113,7 @@ __global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_h
   extern __shared__ float group_q[];  // [group, d] of this KV head, in f32
   __shared__ float block_logits[kMaxScoreGroup][kUnitsPerBlock];
   const int64_t h = blockIdx.y, blocks = gridDim.x;
-  for (int64_t i = threadIdx.x; i < group * d; i += blockDim.x)
-    group_q[i] = to_f(q[h * group * d + i]);
-  __syncthreads();
+  stage_group_queries(q + h * group * d, group * d, group_q);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kUnitsPerBlock;
   for (int k = warp; k < kUnitsPerBlock; k += kWarps) {
@@ -186,9 +192,7 @@ __global__ void unit_logits_vec_kernel(const TQ* q, const TI* index, int64_t ind
   extern __shared__ float group_q[];  // [group, d] of this KV head, in f32
   __shared__ float block_logits[kMaxScoreGroup][kUnitsPerBlock];
   const int64_t h = blockIdx.y, blocks = gridDim.x;
-  for (int64_t i = threadIdx.x; i < group * d; i += blockDim.x)
-    group_q[i] = to_f(q[h * group * d + i]);
-  __syncthreads();
+  stage_group_queries(q + h * group * d, group * d, group_q);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int part = lane % kLanesPerUnit;
   const int k = warp * kUnitsPerWarp + lane / kLanesPerUnit;  // the unit in the block
