@@ -337,12 +337,12 @@ AttendKv RetrievalKvSource::retrieval_layer(int64_t layer, Layer& l, const Fresh
     l.valid.narrow(1, sinks_ + l.retrieved, s.budget - l.retrieved).fill_(false);
     if (l.head_valid.defined())
       l.head_valid.select(0, 0).narrow(1, sinks_, s.budget).copy_(l.head_retrieved_valid);
+    const int64_t rows = rows_per_retrieval(l);
     stats_.count_retrieval(layer);
-    stats_.loaded_rows += rows_per_retrieval(l);
+    stats_.loaded_rows += rows;
     if (trace) {
-      trace->end(
-          open, l.retrieved,
-          2 * rows_per_retrieval(l) * l.keys.size(3) * static_cast<int64_t>(l.keys.element_size()));
+      trace->end(open, l.retrieved,
+                 2 * rows * l.keys.size(3) * static_cast<int64_t>(l.keys.element_size()));
     }
     // Counted after the interval closed: the count waits for the device.
     if (map_) map_->retrievals.push_back({step_, layer, l.retrieved, loaded_units(l)});
