@@ -143,6 +143,68 @@ double mean_device_us(at::Device device, int warmup, int runs, const std::functi
          runs;
 }
 
+// A prefill block over a ragged working set whose hidden slots lead each KV head's list
+// (AttendKv::key_valid_suffix: one variable-length FlashAttention call reading the keys in
+// place) against the masked call and against f32 attention on the CPU over each head's valid
+// keys. The keys sit in a buffer with more slots than attended (a cache's capacity); one head
+// sees only the block, one every slot. Times both calls (the 8B shape's block of 512 over ~8.7K
+// slots is the per_head=2 prefill's).
+nlohmann::json check_ragged_prefill(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  for (auto dtype : {at::kBFloat16, at::kHalf}) {
+    for (const auto& [s, t] : std::vector<std::pair<int64_t, int64_t>>{{64, 700}, {512, 8704}}) {
+      at::manual_seed(t + s);
+      const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
+      const int64_t hq = 32, hkv = 8, d = 128, capacity = t + 300;
+      const at::Tensor q = at::randn({1, s, hq, d}, opts).transpose(1, 2);  // as the decoder's
+      const at::Tensor kbuf = at::randn({1, hkv, capacity, d}, opts);
+      const at::Tensor vbuf = at::randn({1, hkv, capacity, d}, opts);
+      const std::vector<int64_t> hidden = {0, 37, t - s, 1, 500, (t - s) / 2, 255, t - s - 1};
+      at::Tensor valid = at::ones({1, hkv, t}, at::kBool);
+      for (int64_t h = 0; h < hkv; ++h)
+        valid[0][h].narrow(0, 0, hidden[static_cast<size_t>(h)]).fill_(false);
+      AttendKv kv{
+          kbuf.narrow(2, 0, t), vbuf.narrow(2, 0, t),
+          at::arange(t, at::TensorOptions().dtype(at::kLong).device(at::kCUDA)).view({1, t}),
+          /*dense_causal=*/true};
+      kv.key_valid = valid.to(at::kCUDA);
+      kv.key_valid_suffix = true;
+      AttendKv masked = kv;
+      masked.key_valid_suffix = false;
+      const at::Tensor positions = kv.key_positions.narrow(1, t - s, s);
+      const at::Tensor got = attention(q, kv, positions, std::nullopt);
+      const at::Tensor by_mask = attention(q, masked, positions, std::nullopt);
+      AttendKv host{kv.keys.cpu().to(at::kFloat), kv.values.cpu().to(at::kFloat),
+                    kv.key_positions.cpu(), /*dense_causal=*/true};
+      host.key_valid = valid;
+      const at::Tensor reference =
+          attention(q.cpu().to(at::kFloat), host, positions.cpu(), std::nullopt);
+      const double err = (got.cpu().to(at::kFloat) - reference).abs().max().item<double>();
+      const double mask_err = (by_mask.cpu().to(at::kFloat) - reference).abs().max().item<double>();
+      const double tol = 2e-2;
+      ok = ok && err <= tol && got.sizes() == by_mask.sizes();
+      const at::Device dev(at::kCUDA, 0);
+      const double us = mean_device_us(dev, 3, 20, [&](int) { attention(q, kv, positions, {}); });
+      const double mask_us =
+          mean_device_us(dev, 3, 20, [&](int) { attention(q, masked, positions, {}); });
+      out.push_back({{"dtype", c10::toString(dtype)},
+                     {"block", s},
+                     {"slots", t},
+                     {"max_abs_error", err},
+                     {"masked_max_abs_error", mask_err},
+                     {"tolerance", tol},
+                     {"us", us},
+                     {"masked_us", mask_us}});
+      std::fprintf(stderr,
+                   "%s ragged prefill %s block %lld over %lld slots: err %.2e (masked %.2e), %.1f "
+                   "us (masked %.1f)\n",
+                   err <= tol ? "PASS" : "FAIL", c10::toString(dtype), static_cast<long long>(s),
+                   static_cast<long long>(t), err, mask_err, us, mask_us);
+    }
+  }
+  return out;
+}
+
 // How many elements of a and b differ (compared in f32).
 int64_t elements_differing(const at::Tensor& a, const at::Tensor& b) {
   return a.to(at::kFloat).ne(b.to(at::kFloat)).sum().item<int64_t>();
@@ -1933,6 +1995,10 @@ int main(int argc, char** argv) {
     out["attention_runs"] = check_attention_runs(ok);
     return finish();
   }
+  if (only == "ragged_prefill") {
+    out["ragged_prefill"] = check_ragged_prefill(ok);
+    return finish();
+  }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
@@ -1969,6 +2035,7 @@ int main(int argc, char** argv) {
   guarded("prefill_elementwise", "prefill elementwise",
           [&] { return check_prefill_elementwise(ok); });
   guarded("attention_runs", "attention runs", [&] { return check_attention_runs(ok); });
+  guarded("ragged_prefill", "ragged prefill", [&] { return check_ragged_prefill(ok); });
   guarded("cached_attention_max", "cached attention max",
           [&] { return check_cached_attention_max(ok); });
   guarded("exact_pinned", "exact pinned", [&] { return check_exact_pinned(ok); });

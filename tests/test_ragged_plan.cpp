@@ -389,6 +389,37 @@ class RaggedPlanTest : public QObject {
     QVERIFY(!ws.cache().key_valid(0).defined());
   }
 
+  // A ragged plan pads each shorter list in front, so every head's hidden slots lead its valid
+  // ones (KvCache::key_valid_suffix, which a CUDA prefill block reads as variable-length
+  // sequences instead of a mask); fresh tokens and growth keep that; a mask that hides a slot
+  // after a valid one is not a suffix (the masked path); no mask is one.
+  void hiddenSlotsLeadEachHeadsList() {
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    KvWorkingSet ws(shape_of(c), 16, d.dtype(), d.device(), c.max_positions);
+    feed(d, ws, test::token_ids(31, 1));
+    ws.apply(ragged_plan(c.num_layers, c.num_kv_heads, 31), d.rope().inverse_frequencies());
+    QVERIFY(ws.cache().key_valid(0).defined());
+    QVERIFY(ws.cache().key_valid_suffix());
+    std::vector<bool> seen;
+    feed(d, ws, test::token_ids(40, 2), [&](const LayerView& v) {
+      seen.push_back(v.kv.key_valid.defined() && v.kv.key_valid_suffix);
+    });
+    QCOMPARE(seen, std::vector<bool>(static_cast<size_t>(c.num_layers), true));
+    QVERIFY(ws.cache().capacity() > 31);  // grown under the fresh tokens
+    QVERIFY(ws.cache().key_valid_suffix());
+    const int64_t n = ws.tokens();
+    at::Tensor gap = ws.cache().key_valid(0).new_ones({c.num_layers, c.num_kv_heads, n});
+    gap[c.num_layers - 1][c.num_kv_heads - 1][n - 2] = false;
+    ws.cache().set_key_valid(gap);
+    QVERIFY(!ws.cache().key_valid_suffix());
+    seen.clear();
+    feed(d, ws, {3}, [&](const LayerView& v) { seen.push_back(v.kv.key_valid_suffix); });
+    QCOMPARE(seen, std::vector<bool>(static_cast<size_t>(c.num_layers), false));
+    ws.cache().set_key_valid(at::Tensor());
+    QVERIFY(ws.cache().key_valid_suffix());
+  }
+
   // per_head=2 (Ada-KV): after a prefill past the budget each layer keeps exactly M_l·H_kv
   // (head, token) pairs, and with M_l below the budget (the slots) heads keep different numbers,
   // none more than the budget; the peak stays under budget + block + |patch|; decode through the

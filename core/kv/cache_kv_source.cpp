@@ -20,6 +20,7 @@ AttendKv CacheKvSource::layer_kv(int64_t layer, const FreshKv& fresh, const Forw
   out.values = cache_.values(layer, ctx.fresh_tokens);
   out.key_positions = cache_.positions(ctx.fresh_tokens);
   out.key_valid = cache_.key_valid(layer, ctx.fresh_tokens);
+  out.key_valid_suffix = out.key_valid.defined() && cache_.key_valid_suffix();
   out.dense_causal = dense_after_;
   return out;
 }

@@ -166,6 +166,7 @@ void KvCache::ensure_room(int64_t tokens) {
 void KvCache::set_key_valid(const at::Tensor& valid) {
   if (!valid.defined()) {
     key_valid_ = at::Tensor();
+    key_valid_suffix_ = true;
     return;
   }
   const int64_t n = valid.size(-1);
@@ -181,6 +182,9 @@ void KvCache::set_key_valid(const at::Tensor& valid) {
   }
   key_valid_.fill_(true);
   key_valid_.select(1, 0).narrow(2, 0, n).copy_(valid);
+  // Later slots are valid, so a suffix of the first n stays one as tokens are appended.
+  key_valid_suffix_ =
+      n < 2 || valid.narrow(2, 1, n - 1).ge(valid.narrow(2, 0, n - 1)).all().item<bool>();
 }
 
 at::Tensor KvCache::write_slots(int64_t tokens) const {
@@ -264,6 +268,7 @@ void KvCache::copy_row_from(int64_t row, const KvCache& other, int64_t other_row
     if (other.key_valid_.defined()) {
       key_valid_.select(1, row).narrow(2, 0, n).copy_(
           other.key_valid_.select(1, other_row).narrow(2, 0, n));
+      key_valid_suffix_ = key_valid_suffix_ && other.key_valid_suffix_;
     }
   }
   lengths_[row] = n;

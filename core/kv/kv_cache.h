@@ -77,6 +77,9 @@ class KvCache {
   // working set (core/kv/working_set.h) pads its shorter (layer, head) lists with invalid slots.
   // Undefined: every slot valid, and the mask is freed (attention keeps its unmasked fast paths).
   void set_key_valid(const at::Tensor& valid);
+  // Whether every (layer, row, head)'s hidden slots precede all its valid ones (true without a
+  // mask): attention's AttendKv::key_valid_suffix.
+  bool key_valid_suffix() const { return key_valid_suffix_; }
 
   // Views over the first max_length() (+ pending) slots.
   at::Tensor keys(int64_t layer, int64_t extra = 0) const;
@@ -121,6 +124,7 @@ class KvCache {
   int64_t storage_version_ = 0;
   at::Tensor positions_;  // [B, capacity] int64
   at::Tensor key_valid_;  // [layers, B, kv_heads, capacity] bool; undefined = all valid
+  bool key_valid_suffix_ = true;
   std::vector<int64_t> lengths_;
   bool dense_ = true;
 };

@@ -54,6 +54,10 @@ struct AttendKv {
   // Optional: the queries' mask [B, 1, S, T], kept by a caller whose same rows attend at several
   // layers (KEEP's recomputed rows); built from the positions (and key_valid) when undefined.
   at::Tensor mask;
+  // With key_valid: each KV head's hidden slots precede all its valid ones (a ragged working set
+  // pads its shorter lists in front: core/kv/working_set.cpp). A CUDA prefill block then reads
+  // each head's valid keys in place as one variable-length sequence instead of through a mask.
+  bool key_valid_suffix = false;
 };
 
 enum class ForwardPhase : uint8_t { kPrefill, kDecode };

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "gpu/decode_attention.h"
+#include "gpu/env_flag.h"
 #include "gpu/softmax_column_max.h"
 #include "gpu/stream_fork.h"
 
@@ -69,6 +70,13 @@ at::Tensor grouped_attention(const at::Tensor& q, const at::Tensor& k, const at:
 }
 
 #if TORCH_VERSION_MAJOR >= 2
+// ENGRAM_MASKED_RAGGED=1: ragged prefill blocks take the masked path (the peer of the
+// variable-length one, measured by the same build).
+bool ragged_flash_off() {
+  static const bool off = gpu::env_flag("ENGRAM_MASKED_RAGGED");
+  return off;
+}
+
 at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                 const at::Tensor& mask_in, bool causal) {
   const int64_t g = q.size(1) / k.size(1);
@@ -94,6 +102,41 @@ at::Tensor sdpa(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   return at::scaled_dot_product_attention(
       q, ke, ve, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt, 0.0, causal);
 #endif
+}
+
+// A prefill block over a ragged working set whose hidden slots lead each KV head's list
+// (AttendKv::key_valid_suffix): FlashAttention's variable-length kernel with one sequence per
+// (row, KV head), its g query heads over the block's S queries and its keys the head's valid
+// slots read in place (cu_seqlens_k: the first valid row, seqused_k: how many), the block's
+// causal alignment bottom-right as in the dense case. The masked path repeated the KV heads and
+// read a [B, Hq, S, T] mask in every layer of every block. Undefined when the keys' layout does
+// not allow it (the caller masks instead).
+at::Tensor suffix_flash_attention(const at::Tensor& q, const AttendKv& kv) {
+  const int64_t b = q.size(0), hq = q.size(1), s = q.size(2), d = q.size(3);
+  const int64_t hkv = kv.keys.size(1), g = hq / hkv, t = kv.keys.size(2);
+  const auto rows_of = [&](const at::Tensor& x) -> int64_t {
+    if (x.stride(3) != 1 || x.stride(2) != d || x.stride(1) % d != 0) return 0;
+    if (b > 1 && x.stride(0) != hkv * x.stride(1)) return 0;
+    return x.stride(1) / d;  // rows from one head's first slot to the next head's
+  };
+  const int64_t rows = rows_of(kv.keys);
+  if (rows == 0 || rows_of(kv.values) != rows || rows < t) return {};
+  const auto ints = at::TensorOptions().dtype(at::kInt).device(q.device());
+  const at::Tensor used =
+      kv.key_valid.sum(at::IntArrayRef{2}, false, at::kInt).reshape({-1}).contiguous();  // [B·Hkv]
+  const at::Tensor first = at::arange(b * hkv, ints) * rows + (t - used);
+  const at::Tensor cu_k = at::cat({first, at::full({1}, b * hkv * rows, ints)});
+  const at::Tensor cu_q = at::arange(0, (b * hkv + 1) * s, s, ints);
+  const auto flat = [&](const at::Tensor& x) {
+    return x.as_strided({b * hkv * rows, 1, d}, {d, d, 1}, x.storage_offset());
+  };
+  const at::Tensor qs =
+      q.reshape({b, hkv, g, s, d}).permute({0, 1, 3, 2, 4}).reshape({b * hkv * s, g, d});
+  const at::Tensor out = std::get<0>(at::_flash_attention_forward(
+      qs, flat(kv.keys), flat(kv.values), cu_q, cu_k, s, t, 0.0, /*is_causal=*/true,
+      /*return_debug_mask=*/false, /*scale=*/c10::nullopt, /*window_size_left=*/c10::nullopt,
+      /*window_size_right=*/c10::nullopt, /*seqused_k=*/used));
+  return out.view({b, hkv, s, g, d}).permute({0, 1, 3, 2, 4}).reshape({b, hq, s, d});
 }
 #endif
 
@@ -138,6 +181,12 @@ at::Tensor attention(const at::Tensor& q, const AttendKv& kv, const at::Tensor& 
       // [s, t] mask: 3.7x slower than transformers' re-prefill of a 90K-token history.
       return std::get<0>(at::_scaled_dot_product_flash_attention(q, kv.keys, kv.values, 0.0,
                                                                  /*is_causal=*/true));
+    }
+    if (kv.dense_causal && kv.key_valid_suffix && kv.key_valid.defined() && !window_cuts &&
+        q.is_cuda() && (q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf) &&
+        !ragged_flash_off()) {
+      const at::Tensor out = suffix_flash_attention(q, kv);
+      if (out.defined()) return out;
     }
     return sdpa(q, kv.keys, kv.values, attend_mask(kv, q_positions, window), /*causal=*/false);
   }
