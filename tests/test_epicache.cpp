@@ -378,6 +378,37 @@ class EpiCacheTest : public QObject {
     }
   }
 
+  // The snapkv window (a block's last rows, among the keys) scored from queries and keys with
+  // `causal` is the max of its probed probabilities over every key (what the runner's probe rows
+  // gave before probe_probabilities()), with a window and a ragged set's hidden slots too;
+  // without `causal` (and no other mask) the rows would see the block's later keys.
+  void windowScoreFromQueriesIsTheProbedMax() {
+    at::manual_seed(4);
+    const int64_t hq = 4, hkv = 2, r = 6, t = 45, d = 16;
+    const at::Tensor q = at::randn({1, hq, r, d});
+    AttendKv kv;
+    kv.keys = at::randn({1, hkv, t, d});
+    kv.values = at::randn({1, hkv, t, d});
+    kv.key_positions = at::arange(t, at::kLong).unsqueeze(0);
+    const at::Tensor positions = at::arange(t - r, t, at::kLong).unsqueeze(0);
+    for (const std::optional<int64_t> window :
+         {std::optional<int64_t>{}, std::optional<int64_t>{20}}) {
+      for (const bool ragged : {false, true}) {
+        kv.key_valid = ragged ? at::rand({1, hkv, t}).gt(0.3) : at::Tensor();
+        if (ragged) kv.key_valid.narrow(2, t - r, r).fill_(true);
+        const at::Tensor want =
+            patch_scores(attention_probabilities(q, kv, positions, window), hkv, t, false);
+        const at::Tensor got = cached_attention_max(q, kv, positions, window, t, true)[0];
+        QCOMPARE(got.sizes(), want.sizes());
+        QVERIFY(at::allclose(got, want, 1e-5, 1e-7));
+        if (!window && !ragged) {  // (any mask there is built from the positions: causal)
+          const at::Tensor unmasked = cached_attention_max(q, kv, positions, window, t)[0];
+          QVERIFY(!at::allclose(unmasked, want, 1e-3, 1e-5));
+        }
+      }
+    }
+  }
+
   // The plan keeps each head's top-scored tokens (and the tail).
   void shrinkKeepsTheTopScoredPerHead() {
     EpiCacheOptions o;

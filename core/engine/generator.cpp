@@ -83,6 +83,7 @@ at::Tensor forward_block(const Decoder& decoder, MemoryPolicy& policy, KvWorking
     req.positions[0][i] = ws.next_position() + i;
   req.probe_rows = policy.probe_rows(block);
   const bool policy_layers = !req.probe_rows.empty() || policy.wants_layers(phase);
+  if (!policy.probe_probabilities()) req.probe_rows.clear();
   if (policy_layers || on_final_layer) {
     req.on_layer = [&](const LayerView& view) {
       if (policy_layers) policy.on_layer(view);

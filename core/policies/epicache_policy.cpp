@@ -10,6 +10,7 @@
 #include "core/runtime/attention.h"
 #include "gpu/device_info.h"
 #include "gpu/device_timeline.h"
+#include "gpu/env_flag.h"
 
 namespace engram {
 
@@ -71,18 +72,29 @@ void EpiCachePolicy::begin_request(const WorkingSetInfo& ws) {
 
 std::vector<int64_t> EpiCachePolicy::probe_rows(const BlockInfo& block) const {
   if (!uses_window() || !block.will_evict || block.phase != ForwardPhase::kPrefill) return {};
-  const int64_t w = std::min(options_.window, block.fresh_tokens);
   std::vector<int64_t> rows;
-  for (int64_t r = block.fresh_tokens - w; r < block.fresh_tokens; ++r)
+  for (int64_t r = first_window_row(block.fresh_tokens); r < block.fresh_tokens; ++r)
     rows.push_back(r);
   return rows;
 }
 
+bool EpiCachePolicy::probe_probabilities() const {
+  static const bool probed = gpu::env_flag("ENGRAM_PROBED_WINDOW");
+  return probed;
+}
+
+int64_t EpiCachePolicy::first_window_row(int64_t fresh_tokens) const {
+  return fresh_tokens - std::min(options_.window, fresh_tokens);
+}
+
 void EpiCachePolicy::on_layer(const LayerView& view) {
   // The episode and infinipot patches score the cached tokens (all but the patch's own columns);
-  // the snapkv window scores every key, itself included, as SnapKV does. A patch forward comes
-  // without probabilities (patch_probabilities()): every row is the patch, scored from its
-  // queries and the keys; probed rows' probabilities are taken as given.
+  // the snapkv window scores every key, itself included, as SnapKV does. Neither comes with
+  // probabilities (patch_probabilities(), probe_probabilities()): a patch forward's rows are
+  // all the patch, the window is the block's last rows (probe_rows()), both scored from their
+  // queries and the keys without materializing probabilities (at 32K under an 8K budget on the
+  // 8B shape, the window's f32 probabilities took ~0.4 ms a layer of every block); probabilities
+  // a runner still hands over are taken as given.
   const bool patched = !uses_window();
   const int64_t kv_heads = view.k.size(1);
   at::Tensor s;
@@ -92,6 +104,11 @@ void EpiCachePolicy::on_layer(const LayerView& view) {
   } else if (patched && view.q.defined()) {
     const int64_t cached = view.kv.keys.size(2) - view.q.size(2);
     s = cached_attention_max(view.q, view.kv, view.positions, view.window, cached)[0];
+  } else if (view.q.defined()) {
+    const int64_t first = first_window_row(view.q.size(2)), rows = view.q.size(2) - first;
+    s = cached_attention_max(view.q.narrow(2, first, rows), view.kv,
+                             view.positions.narrow(1, first, rows), view.window,
+                             view.kv.keys.size(2), /*causal=*/true)[0];
   } else {
     return;
   }

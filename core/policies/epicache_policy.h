@@ -80,6 +80,8 @@ class EpiCachePolicy : public MemoryPolicy {
   void set_patch(std::vector<int64_t> tokens) { patch_ = std::move(tokens); }
   std::vector<int64_t> patch_tokens() const override;
   bool patch_probabilities() const override { return false; }
+  // False (ENGRAM_PROBED_WINDOW=1: true, the peer measured by the same build).
+  bool probe_probabilities() const override;
 
   void begin_request(const WorkingSetInfo& ws) override;
   std::vector<int64_t> probe_rows(const BlockInfo& block) const override;
@@ -108,6 +110,8 @@ class EpiCachePolicy : public MemoryPolicy {
   // The snapkv variant, and any policy whose caller set no patch (chat and generate have no
   // episodes yet): the block's last `window` tokens are the probe rows.
   bool uses_window() const { return options_.patch == PatchKind::kSnapKv || patch_.empty(); }
+  // The snapkv window's first row in a block of `fresh_tokens` (its last `window` rows).
+  int64_t first_window_row(int64_t fresh_tokens) const;
   at::Tensor scores_for(int64_t layer, int64_t kv_heads, int64_t tokens) const;
   // Every layer's scores_for() as one [L, H, T] tensor; undefined when the layers' scores differ
   // in presence, size or device (then per layer).

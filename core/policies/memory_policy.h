@@ -87,6 +87,10 @@ class MemoryPolicy {
 
   virtual void begin_request(const WorkingSetInfo& /*ws*/) {}
   virtual std::vector<int64_t> probe_rows(const BlockInfo& /*block*/) const { return {}; }
+  // Whether probe rows come with probabilities (LayerView::probs). False: on_layer runs for the
+  // block all the same, without them, and the policy scores its probe rows from the queries and
+  // keys it sees (EpiCache's snapkv window: cached_attention_max, causal).
+  virtual bool probe_probabilities() const { return true; }
   virtual bool wants_layers(ForwardPhase /*phase*/) const { return false; }
   virtual void on_layer(const LayerView& /*view*/) {}
   // Patched-prompt scoring (EpiCache, InfiniPot): tokens the runner forwards after each prefill

@@ -242,7 +242,7 @@ at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
 
 at::Tensor cached_attention_max(const at::Tensor& q_rows, const AttendKv& kv,
                                 const at::Tensor& q_row_positions, std::optional<int64_t> window,
-                                int64_t cached) {
+                                int64_t cached, bool causal) {
   const int64_t b = q_rows.size(0), hq = q_rows.size(1), r = q_rows.size(2), d = q_rows.size(3);
   const int64_t hkv = kv.keys.size(1), g = hq / hkv;
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -268,8 +268,9 @@ at::Tensor cached_attention_max(const at::Tensor& q_rows, const AttendKv& kv,
     const at::Tensor k = kv.keys.narrow(2, 0, cached).to(at::kFloat);
     scores = at::matmul(qg, k.transpose(-1, -2));
   }
-  // Cached keys precede the rows; only a window, a ragged set or an explicit mask hides some.
-  if (window || kv.key_valid.defined() || kv.mask.defined()) {
+  // Cached keys precede the rows unless `causal`; else only a window, a ragged set or an explicit
+  // mask hides some.
+  if (causal || window || kv.key_valid.defined() || kv.mask.defined()) {
     const at::Tensor mask = attend_mask(kv, q_row_positions, window).narrow(3, 0, cached);
     scores.masked_fill_(grouped_mask(mask, g).logical_not(), neg_inf);
   }

@@ -62,12 +62,14 @@ at::Tensor attention_probabilities(const at::Tensor& q_rows, const AttendKv& kv,
 // cached tokens (EpiCache's Eq. 3), computed without materializing probabilities: the scores in
 // f32 from the compute dtype's exact products, then gpu::softmax_column_max (per row the
 // log-sum-exp, then the max of s - lse over rows and group heads: 3 passes over [Hkv, g·R,
-// cached] on CUDA, against ~12 for attention_probabilities + renormalising). The rows must come
-// after every cached key (a patch appended to the working set); the window and a ragged set's
-// key_valid still mask. A row that sees no cached key contributes nothing.
+// cached] on CUDA, against ~12 for attention_probabilities + renormalising). Unless `causal`, the
+// rows must come after every cached key (a patch appended to the working set); the window and a
+// ragged set's key_valid still mask. `causal`: the rows are among the keys (a block's last rows,
+// EpiCache's snapkv window) and see those at positions up to their own. A row that sees no
+// cached key contributes nothing.
 at::Tensor cached_attention_max(const at::Tensor& q_rows, const AttendKv& kv,
                                 const at::Tensor& q_row_positions, std::optional<int64_t> window,
-                                int64_t cached);
+                                int64_t cached, bool causal = false);
 
 // Attention of every row of q together with its head-averaged probabilities, f32 [B, S, T], in
 // one pass: scores in the compute dtype, softmax in f32, the output from those probabilities
