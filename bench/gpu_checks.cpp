@@ -1391,15 +1391,18 @@ nlohmann::json check_cached_attention_max(bool& ok) {
   struct Case {
     int64_t hkv, g, r, d, cached, capacity;
     bool ragged;
+    bool causal = false;  // the rows are the last r of the cached keys (EpiCache's snapkv window)
   };
   for (const Case& c :
        {Case{2, 2, 7, 64, 300, 320, false}, Case{8, 3, 160, 128, 10240, 10400, false},
-        Case{4, 4, 33, 128, 2049, 2100, true}}) {
+        Case{4, 4, 33, 128, 2049, 2100, true}, Case{8, 4, 64, 128, 8704, 8800, false, true},
+        Case{4, 4, 33, 128, 2049, 2100, true, true}}) {
     at::manual_seed(c.cached + c.r);
     const at::Tensor q = at::randn({1, c.hkv * c.g, c.r, c.d}).to(at::kBFloat16);
     const at::Tensor keys = at::randn({1, c.hkv, c.capacity, c.d}).to(at::kBFloat16);
     const at::Tensor values = at::randn({1, c.hkv, c.capacity, c.d}).to(at::kBFloat16);
-    const at::Tensor positions = at::arange(c.cached, c.cached + c.r, at::kLong).unsqueeze(0);
+    const int64_t first = c.causal ? c.cached - c.r : c.cached;
+    const at::Tensor positions = at::arange(first, first + c.r, at::kLong).unsqueeze(0);
     at::Tensor valid;
     if (c.ragged) valid = at::rand({1, c.hkv, c.capacity}).gt(0.1);
     const auto score = [&](at::Device dev) {
@@ -1408,7 +1411,8 @@ nlohmann::json check_cached_attention_max(bool& ok) {
       kv.values = values.to(dev);
       kv.key_positions = at::arange(c.capacity, at::kLong).view({1, -1}).to(dev);
       if (valid.defined()) kv.key_valid = valid.to(dev);
-      return cached_attention_max(q.to(dev), kv, positions.to(dev), std::nullopt, c.cached)
+      return cached_attention_max(q.to(dev), kv, positions.to(dev), std::nullopt, c.cached,
+                                  c.causal)
           .to(at::kCPU);
     };
     const at::Tensor got = score(at::Device(at::kCUDA, 0));
@@ -1416,17 +1420,18 @@ nlohmann::json check_cached_attention_max(bool& ok) {
     const double err = (got - want).abs().max().item<double>();
     const bool pass = got.sizes() == want.sizes() && err <= 1e-5;
     ok = ok && pass;
-    std::fprintf(
-        stderr,
-        "%s cached_attention_max bf16 [%lld x %lld, %lld rows, %lld keys%s]: max abs error %.3g\n",
-        pass ? "PASS" : "FAIL", static_cast<long long>(c.hkv), static_cast<long long>(c.g),
-        static_cast<long long>(c.r), static_cast<long long>(c.cached), c.ragged ? ", ragged" : "",
-        err);
+    std::fprintf(stderr,
+                 "%s cached_attention_max bf16 [%lld x %lld, %lld rows, %lld keys%s%s]: max abs "
+                 "error %.3g\n",
+                 pass ? "PASS" : "FAIL", static_cast<long long>(c.hkv), static_cast<long long>(c.g),
+                 static_cast<long long>(c.r), static_cast<long long>(c.cached),
+                 c.ragged ? ", ragged" : "", c.causal ? ", causal" : "", err);
     rows.push_back({{"kv_heads", c.hkv},
                     {"group", c.g},
                     {"rows", c.r},
                     {"cached", c.cached},
                     {"ragged", c.ragged},
+                    {"causal", c.causal},
                     {"max_abs_error", err},
                     {"pass", pass}});
   }
