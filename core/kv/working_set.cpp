@@ -1,7 +1,5 @@
 #include "core/kv/working_set.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -381,13 +379,9 @@ void KvWorkingSet::compose_slot_map(const at::Tensor& index_in) {
   }
   at::Tensor map = at::empty({index.size(0), index.size(1), exact_slot_}, at::kLong);
   int64_t* out = map.data_ptr<int64_t>();
-  const int64_t exact = exact_slot_;
-  // Rows over the intra-op threads (2M entries a shrink on an 8B shape; the device waits).
-  at::parallel_for(0, rows, 8, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r)
-      for (int64_t j = 0; j < exact; ++j)
-        out[r * exact + j] = stream_of(r, idx[r * n + j]);
-  });
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < exact_slot_; ++j)
+      out[r * exact_slot_ + j] = stream_of(r, idx[r * n + j]);
   compacted_ = map;
 }
 

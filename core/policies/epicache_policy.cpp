@@ -1,7 +1,5 @@
 #include "core/policies/epicache_policy.h"
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -271,28 +269,19 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
     const at::Tensor on_device = picked.size() == 1 ? picked[0] : at::cat(picked);
     const at::Tensor all = gpu::copy_to_pinned(on_device);
     if (on_device.is_cuda()) gpu::synchronize(on_device.device());
-    const int64_t* base = all.data_ptr<int64_t>();
-    std::vector<int64_t> first(ws.layers);  // each layer's first entry in `all`
-    for (int64_t l = 0, offset = 0; l < ws.layers; offset += ws.kv_heads * width[l], ++l) {
-      first[l] = offset;
+    const int64_t* slot = all.data_ptr<int64_t>();
+    for (int64_t l = 0; l < ws.layers; ++l) {
       plan.per_head[l].resize(ws.kv_heads);
-    }
-    // The lists over the intra-op threads (2M entries on an 8B shape; the device waits).
-    std::vector<char> short_row(ws.layers * ws.kv_heads, 0);
-    at::parallel_for(0, ws.layers * ws.kv_heads, 8, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const int64_t l = r / ws.kv_heads, h = r % ws.kv_heads;
-        const int64_t* slot = base + first[l] + h * width[l];
+      for (int64_t h = 0; h < ws.kv_heads; ++h, slot += width[l]) {
         // Ascending with the empty slots (marked ws.tokens) last: the picks, then the tail.
         const int64_t picks = std::lower_bound(slot, slot + width[l], ws.tokens) - slot;
         std::vector<int64_t>& list = plan.per_head[l][h];
         list.resize(static_cast<size_t>(picks + ws.tokens - older[l]));
         std::copy(slot, slot + picks, list.begin());
         std::iota(list.begin() + picks, list.end(), older[l]);
-        short_row[r] = picks < choose[l];
+        short_list = short_list || picks < choose[l];
       }
-    });
-    short_list = std::find(short_row.begin(), short_row.end(), 1) != short_row.end();
+    }
   } else {
     for (int64_t l = 0; l < ws.layers; ++l) {
       for (auto& list : plan.per_head[l]) {
