@@ -683,6 +683,11 @@ class RaggedPlanTest : public QObject {
     QVERIFY_EXCEPTION_THROWN(make_policy("snapkv:layers=4"), std::invalid_argument);
     QVERIFY(make_policy("epicache:per_head=2,layers=400,600,500+louiskv"));
     QVERIFY(make_policy("epicache:per_head=1+louiskv"));
+    // EpiCache's window scores itself (no probe probabilities), with decode retrieval too;
+    // SnapKV's mean takes the runner's probabilities.
+    QVERIFY(!p->probe_probabilities());
+    QVERIFY(!make_policy("epicache:patch=2+louiskv")->probe_probabilities());
+    QVERIFY(make_policy("snapkv")->probe_probabilities());
     // Budgets for another number of layers: a clear error at the first shrink.
     EpiCachePolicy wrong;
     wrong.set_budget(8);

@@ -28,6 +28,7 @@ class RetrievingPolicy : public MemoryPolicy {
   void on_layer(const LayerView& view) override;
   std::vector<int64_t> patch_tokens() const override;
   bool patch_probabilities() const override { return prefill_->patch_probabilities(); }
+  bool probe_probabilities() const override { return prefill_->probe_probabilities(); }
   std::optional<KeepPlan> shrink(const WorkingSetInfo& ws, int64_t target) override;
   std::optional<KeepPlan> before_decode_step(const WorkingSetInfo& ws) override;
   void end_request(const WorkingSetInfo& ws) override;
