@@ -36,12 +36,8 @@ struct Params {
   void* out;        // [R, Hq, d]
 };
 
-__device__ inline void load_vec(const float* p, float* o) {
-  const float4 v = *reinterpret_cast<const float4*>(p);
-  o[0] = v.x;
-  o[1] = v.y;
-  o[2] = v.z;
-  o[3] = v.w;
+__device__ inline void load_vec(const float* p, float* o) {  // f32: four at a time
+  load4(p, o);
 }
 template <typename T>
 __device__ inline void load_vec(const T* p, float* o) {  // bf16 / f16: eight at a time

@@ -66,6 +66,15 @@ __device__ inline void store16(T* p, const Vec16<T>& v) {
   *reinterpret_cast<Vec16<T>*>(p) = v;
 }
 
+// Four f32 at p (16-byte aligned) in one load.
+__device__ inline void load4(const float* p, float* o) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  o[0] = v.x;
+  o[1] = v.y;
+  o[2] = v.z;
+  o[3] = v.w;
+}
+
 // The eight 16-bit floats of a 16-byte vector as f32 (the pointer argument only picks the type).
 __device__ inline void widen8(const uint4& v, const __nv_bfloat16*, float* o) {
   const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);

@@ -160,13 +160,7 @@ __global__ void unit_logits_kernel(const TQ* q, const TI* index, int64_t index_h
 constexpr int kLanesPerUnit = 8;
 constexpr int kUnitsPerWarp = 32 / kLanesPerUnit;
 
-__device__ inline void load4(const float* p, float v[4]) {
-  const float4 x = *reinterpret_cast<const float4*>(p);
-  v[0] = x.x;
-  v[1] = x.y;
-  v[2] = x.z;
-  v[3] = x.w;
-}
+using engram::gpu::load4;  // f32 rows (gpu/float_convert.cuh); 16-bit ones below
 template <typename T2>
 __device__ inline void load4_half2(const void* p, float v[4]) {
   const uint2 x = *reinterpret_cast<const uint2*>(p);
