@@ -1903,8 +1903,7 @@ nlohmann::json check_joint_selection(bool& ok) {
     int64_t kept = 0, shortest = tokens, longest = 0;
     bool same = true;
     for (int64_t h = 0; h < heads; ++h) {
-      const auto &a = plans[0].per_head[0][static_cast<size_t>(h)],
-                 &b = plans[1].per_head[0][static_cast<size_t>(h)];
+      const std::vector<int64_t> a = plans[0].list(0, h), b = plans[1].list(0, h);
       same = same && a == b;
       kept += static_cast<int64_t>(b.size());
       shortest = std::min<int64_t>(shortest, static_cast<int64_t>(b.size()));
@@ -1924,6 +1923,94 @@ nlohmann::json check_joint_selection(bool& ok) {
                    {"shortest_list", shortest},
                    {"longest_list", longest},
                    {"pass", pass}});
+  }
+  return out;
+}
+
+// A plan handed over as slots on the device (KeepPlan::slots: EpiCache's shrinks) leaves a bf16
+// working set bit for bit as the same plan as host lists does: a ragged plan, then one over the
+// ragged set. Times both at the 8B shape (32 layers x 8 KV heads, 8,704 slots to ~8,192): the
+// lists' time counts their copy from the device and their build on the host (what EpiCache's
+// shrink did before), the slots' time everything the runner does with them.
+nlohmann::json check_slots_plan(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  const at::Device cuda(at::kCUDA, 0);
+  struct Case {
+    const char* name;
+    int64_t layers, tokens, kept;
+  };
+  for (const Case& k :
+       {Case{"4 layers, 600 slots", 4, 600, 400}, Case{"8B shape, 8704 slots", 32, 8704, 8192}}) {
+    at::manual_seed(k.layers);
+    const KvCacheShape shape{k.layers, 8, 128};
+    const at::Tensor inv_freq =
+        (1.0 / at::pow(500000.0, at::arange(0, 128, 2, at::kDouble) / 128.0)).to(at::kFloat);
+    KvWorkingSet source(shape, k.tokens, at::kBFloat16, cuda, 131072);
+    for (int64_t l = 0; l < shape.layers; ++l) {
+      const at::Tensor kv = at::randn({1, 8, k.tokens, 128}).to(at::kBFloat16).to(cuda);
+      source.cache().write(l, kv, kv * 2, at::arange(k.tokens, at::kLong));
+    }
+    std::vector<int64_t> pos(static_cast<size_t>(k.tokens));
+    for (int64_t i = 0; i < k.tokens; ++i)
+      pos[static_cast<size_t>(i)] = i;
+    source.cache().commit(k.tokens, {pos});
+    source.appended(k.tokens);
+    // Lists of different lengths: random older slots, then the last 64 in every head.
+    const auto ragged = [&](int64_t tokens, int64_t kept) {
+      KeepPlan plan;
+      plan.slots = at::full({shape.layers, 8, kept}, -1, at::kLong);
+      for (int64_t l = 0; l < shape.layers; ++l) {
+        for (int64_t h = 0; h < 8; ++h) {
+          const int64_t picks = kept - 64 - (l + 3 * h) % 7 * 5;
+          const at::Tensor older =
+              std::get<0>(at::randperm(tokens - 64, at::kLong).narrow(0, 0, picks).sort());
+          plan.slots[l][h].narrow(0, kept - picks - 64, picks).copy_(older);
+          plan.slots[l][h]
+              .narrow(0, kept - 64, 64)
+              .copy_(at::arange(tokens - 64, tokens, at::kLong));
+        }
+      }
+      plan.slots = plan.slots.to(cuda);
+      return plan;
+    };
+    const KeepPlan first = ragged(k.tokens, k.kept), second = ragged(k.kept, k.kept * 3 / 4);
+    KvWorkingSet lists(shape, k.tokens, at::kBFloat16, cuda, 131072);
+    KvWorkingSet slots(shape, k.tokens, at::kBFloat16, cuda, 131072);
+    double ms[2][3] = {};  // [lists, slots][rep]
+    bool same = true;
+    for (int rep = 0; rep < 3; ++rep) {
+      for (int which = 0; which < 2; ++which) {
+        KvWorkingSet& ws = which == 0 ? lists : slots;
+        ws.assign(source);
+        gpu::synchronize(cuda);
+        const auto t0 = std::chrono::steady_clock::now();
+        ws.apply(which == 0 ? with_host_lists(first) : first, inv_freq);
+        gpu::synchronize(cuda);
+        ms[which][rep] =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+        ws.apply(which == 0 ? with_host_lists(second) : second, inv_freq);
+      }
+      const at::Tensor a = lists.cache().key_valid(0), b = slots.cache().key_valid(0);
+      same = same && lists.tokens() == slots.tokens() &&
+             at::equal(lists.slot_stream(), slots.slot_stream()) &&
+             lists.exact_slot() == slots.exact_slot() &&
+             lists.evicted_tokens() == slots.evicted_tokens() && a.defined() == b.defined() &&
+             (!a.defined() || at::equal(a, b));
+      for (int64_t l = 0; same && l < shape.layers; ++l) {
+        same = at::equal(lists.cache().keys(l), slots.cache().keys(l)) &&
+               at::equal(lists.cache().values(l), slots.cache().values(l));
+      }
+    }
+    ok = ok && same;
+    std::fprintf(stderr,
+                 "%s plan as slots on the device equals its host lists (%s, bf16): apply %.2f / "
+                 "%.2f ms as slots against %.2f / %.2f ms through host lists\n",
+                 same ? "PASS" : "FAIL", k.name, ms[1][1], ms[1][2], ms[0][1], ms[0][2]);
+    out.push_back({{"case", k.name},
+                   {"slots_ms", {ms[1][0], ms[1][1], ms[1][2]}},
+                   {"host_lists_ms", {ms[0][0], ms[0][1], ms[0][2]}},
+                   {"pass", same}});
   }
   return out;
 }
@@ -2004,6 +2091,10 @@ int main(int argc, char** argv) {
     out["ragged_prefill"] = check_ragged_prefill(ok);
     return finish();
   }
+  if (only == "slots_plan") {
+    out["slots_plan"] = check_slots_plan(ok);
+    return finish();
+  }
   out["rope_rotate_cuda_vs_reference"] = check_rope_rotate(ok);
   out["attention_cuda_bf16_vs_cpu_f32"] = check_attention(ok);
   out["fused_kernels_cuda_vs_reference"] = check_fused_kernels(ok);
@@ -2041,6 +2132,7 @@ int main(int argc, char** argv) {
           [&] { return check_prefill_elementwise(ok); });
   guarded("attention_runs", "attention runs", [&] { return check_attention_runs(ok); });
   guarded("ragged_prefill", "ragged prefill", [&] { return check_ragged_prefill(ok); });
+  guarded("slots_plan", "plan as slots", [&] { return check_slots_plan(ok); });
   guarded("cached_attention_max", "cached attention max",
           [&] { return check_cached_attention_max(ok); });
   guarded("exact_pinned", "exact pinned", [&] { return check_exact_pinned(ok); });

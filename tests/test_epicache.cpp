@@ -426,8 +426,8 @@ class EpiCacheTest : public QObject {
     const auto plan = policy.shrink(observe_one_layer(policy, probs, 7), 4);
     QVERIFY(plan.has_value());
     // Head 0 (query heads 0, 1): top 2 of slots 0..4 are 1 and 3; head 1: 0 and 2; tail 5, 6.
-    QCOMPARE(plan->per_head[0][0], (std::vector<int64_t>{1, 3, 5, 6}));
-    QCOMPARE(plan->per_head[0][1], (std::vector<int64_t>{0, 2, 5, 6}));
+    QCOMPARE(plan->list(0, 0), (std::vector<int64_t>{1, 3, 5, 6}));
+    QCOMPARE(plan->list(0, 1), (std::vector<int64_t>{0, 2, 5, 6}));
   }
 
   // per_head=2 (Ada-KV's joint selection) under a layer budget below the slot budget: each
@@ -482,8 +482,8 @@ class EpiCacheTest : public QObject {
         for (int64_t j = older; j < tokens; ++j)
           list.push_back(j);
       }
-      QCOMPARE(plan->per_head[0][0], want[0]);
-      QCOMPARE(plan->per_head[0][1], want[1]);
+      QCOMPARE(plan->list(0, 0), want[0]);
+      QCOMPARE(plan->list(0, 1), want[1]);
       if (dominated) QCOMPARE(static_cast<int64_t>(want[0].size()), cap + tail);
       // The scores follow their slots: each list right-aligned in the longest list's slots, the
       // empty ones before it at -inf (what a later shrink without a fresh patch ranks by).

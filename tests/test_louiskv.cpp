@@ -1030,7 +1030,7 @@ class LouisKvTest : public QObject {
     const auto plan = h2o.shrink(ws, 4);
     QVERIFY(plan.has_value());
     // Recent: slots 4, 5; heavy among 0..3: slots 3 (0.8) and 1 (0.6), in slot order.
-    QCOMPARE(plan->per_head[0][0], (std::vector<int64_t>{1, 3, 4, 5}));
+    QCOMPARE(plan->list(0, 0), (std::vector<int64_t>{1, 3, 4, 5}));
     QVERIFY(at::allclose(h2o.layer_scores(0), at::tensor({0.6f, 0.8f, 1.1f, 1.0f}).view({1, 4})));
   }
 

@@ -69,6 +69,21 @@ KeepPlan ragged_plan(int64_t layers, int64_t heads, int64_t tokens) {
   return plan;
 }
 
+// The same plan as KeepPlan::slots: each list right-aligned after -1 padding.
+KeepPlan as_slots(const KeepPlan& lists, int64_t layers, int64_t heads) {
+  KeepPlan plan;
+  const int64_t n = lists.kept();
+  plan.slots = at::full({layers, heads, n}, -1, at::kLong);
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const std::vector<int64_t> list = lists.list(l, h);
+      const auto len = static_cast<int64_t>(list.size());
+      plan.slots[l][h].narrow(0, n - len, len).copy_(at::tensor(list, at::kLong));
+    }
+  }
+  return plan;
+}
+
 // RoPE by `delta` positions in double (rotate-half convention), k [n, d].
 at::Tensor rotate(const at::Tensor& k, const at::Tensor& deltas, const at::Tensor& inv_freq) {
   const int64_t half = k.size(-1) / 2;
@@ -345,6 +360,94 @@ class RaggedPlanTest : public QObject {
     // The last exact tail truncates; the compacted slots do not.
     QVERIFY(ws.truncate(ws.stream_tokens() - 3));
     QVERIFY(!ws.truncate(ws.exact_stream() - 1));
+  }
+
+  // A plan handed over as slots (KeepPlan::slots, EpiCache's shrink: composed where it was
+  // ranked) leaves the working set exactly as the same lists do: KV, slot map, exact tail, mask,
+  // evicted count, captured runs, through ragged plans, plans over a ragged set and a shared one;
+  // a slot outside the set is refused before anything moves.
+  void slotsPlanEqualsItsLists() {
+    const Decoder& d = decoder("llama-gqa");
+    const ModelConfig& c = d.config();
+    const int64_t layers = c.num_layers, heads = c.num_kv_heads;
+    KvWorkingSet lists(shape_of(c), 64, d.dtype(), d.device(), c.max_positions);
+    KvWorkingSet slots(shape_of(c), 64, d.dtype(), d.device(), c.max_positions);
+    const auto same = [&](const char* step) {
+      QVERIFY2(lists.tokens() == slots.tokens(), step);
+      QVERIFY2(at::equal(lists.slot_stream(), slots.slot_stream()), step);
+      QVERIFY2(lists.exact_slot() == slots.exact_slot(), step);
+      QVERIFY2(lists.exact_stream() == slots.exact_stream(), step);
+      QVERIFY2(lists.evicted_tokens() == slots.evicted_tokens(), step);
+      QVERIFY2(lists.attention_share() == slots.attention_share(), step);
+      const at::Tensor a = lists.cache().key_valid(0), b = slots.cache().key_valid(0);
+      QVERIFY2(a.defined() == b.defined() && (!a.defined() || at::equal(a, b)), step);
+      QVERIFY2(lists.cache().key_valid_suffix() == slots.cache().key_valid_suffix(), step);
+      for (int64_t l = 0; l < layers; ++l) {
+        QVERIFY2(at::equal(lists.cache().keys(l), slots.cache().keys(l)), step);
+        QVERIFY2(at::equal(lists.cache().values(l), slots.cache().values(l)), step);
+      }
+      const std::vector<KvRun> ra = lists.pending(), rb = slots.pending();
+      QVERIFY2(ra.size() == rb.size(), step);
+      for (size_t i = 0; i < ra.size(); ++i)
+        QVERIFY2(
+            ra[i].begin == rb[i].begin && ra[i].end == rb[i].end && at::equal(ra[i].kv, rb[i].kv),
+            step);
+    };
+    const auto both = [&](const KeepPlan& plan, const char* step) {
+      lists.apply(plan, d.rope().inverse_frequencies());
+      slots.apply(as_slots(plan, layers, heads), d.rope().inverse_frequencies());
+      same(step);
+    };
+    for (KvWorkingSet* ws : {&lists, &slots}) {
+      ws->set_capture(true);
+      feed(d, *ws, test::token_ids(40, 3));
+    }
+    const KeepPlan first = ragged_plan(layers, heads, 40);
+    // The slots and back to host lists (the ENGRAM_HOST_PLAN_LISTS peer) are the same lists.
+    const KeepPlan back = with_host_lists(as_slots(first, layers, heads));
+    QVERIFY(!back.slots.defined());
+    QVERIFY(back.per_head == first.per_head);
+    both(first, "ragged plan");
+    for (KvWorkingSet* ws : {&lists, &slots})
+      feed(d, *ws, test::token_ids(9, 4));
+    same("fresh tokens");
+    // Over the ragged set: every head keeps its first 6 slots (some empty) and the last 5.
+    KeepPlan over;
+    over.per_head.resize(static_cast<size_t>(layers));
+    for (int64_t l = 0; l < layers; ++l) {
+      for (int64_t h = 0; h < heads; ++h) {
+        std::vector<int64_t> list;
+        for (int64_t j = h % 2; j < 6; ++j)
+          list.push_back(j);
+        for (int64_t j = lists.tokens() - 5; j < lists.tokens(); ++j)
+          list.push_back(j);
+        over.per_head[static_cast<size_t>(l)].push_back(list);
+      }
+    }
+    both(over, "plan over a ragged set");
+    for (KvWorkingSet* ws : {&lists, &slots}) {
+      feed(d, *ws, test::token_ids(4, 6));
+      QVERIFY(ws->truncate(ws->stream_tokens() - 2));
+    }
+    same("truncated tail");
+    KeepPlan shared;
+    shared.shared = {1, 2, 3, 7, 8, 9, 10};
+    both(shared, "shared plan");
+    // A plan that keeps nothing.
+    KeepPlan none;
+    none.per_head.assign(static_cast<size_t>(layers),
+                         std::vector<std::vector<int64_t>>(static_cast<size_t>(heads)));
+    both(none, "empty plan");
+    for (KvWorkingSet* ws : {&lists, &slots})
+      feed(d, *ws, test::token_ids(6, 7));
+    same("fresh tokens after nothing");
+    // Out of range: refused, nothing moved.
+    KeepPlan bad = as_slots(ragged_plan(layers, heads, slots.tokens()), layers, heads);
+    bad.slots[1][0][bad.slots.size(2) - 1] = slots.tokens();
+    QVERIFY_EXCEPTION_THROWN(slots.apply(bad, d.rope().inverse_frequencies()), std::out_of_range);
+    bad.slots[1][0][bad.slots.size(2) - 1] = -2;
+    QVERIFY_EXCEPTION_THROWN(slots.apply(bad, d.rope().inverse_frequencies()), std::out_of_range);
+    same("refused plan");
   }
 
   // Empty slots hold no token for attention_share() and a later plan; truncate() still cuts the

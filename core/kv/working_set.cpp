@@ -10,10 +10,6 @@
 namespace engram {
 namespace {
 
-at::Tensor stream_range(int64_t begin, int64_t n) {
-  return at::arange(begin, begin + n, at::TensorOptions().dtype(at::kLong));
-}
-
 // The longest suffix of n slots that is the stream's own tail (ending at `stream_end`) in every
 // one of `rows` (layer, head) rows: it stays truncatable; the slots before it are what plans
 // kept. stream_of(r, j): the stream index slot j of row r holds.
@@ -92,7 +88,7 @@ bool KvWorkingSet::truncate(int64_t stream_length) {
 void KvWorkingSet::clear() {
   cache_.truncate(0, 0);
   cache_.set_key_valid(at::Tensor());
-  compacted_ = at::Tensor();
+  set_compacted(at::Tensor());
   exact_slot_ = exact_stream_ = stream_end_ = 0;
   pending_.clear();
   capture_from_ = 0;
@@ -122,7 +118,7 @@ void KvWorkingSet::assign(const KvWorkingSet& other) {
   cache_.set_dense_length(n);
   const at::Tensor valid = other.cache_.key_valid(0);
   cache_.set_key_valid(valid.defined() ? other.slot_stream().ge(0) : at::Tensor());
-  compacted_ = other.compacted_;
+  set_compacted(other.compacted_);
   exact_slot_ = other.exact_slot_;
   exact_stream_ = other.exact_stream_;
   stream_end_ = other.stream_end_;
@@ -136,7 +132,7 @@ void KvWorkingSet::assign(const KvWorkingSet& other) {
 WorkingSetLayout KvWorkingSet::layout() const {
   WorkingSetLayout l;
   l.tokens = tokens();
-  l.compacted = compacted_;
+  l.compacted = compacted_on_host();
   l.exact_slot = exact_slot_;
   l.exact_stream = exact_stream_;
   l.stream_end = stream_end_;
@@ -149,7 +145,7 @@ WorkingSetLayout KvWorkingSet::layout() const {
 void KvWorkingSet::restore(const WorkingSetLayout& layout) {
   if (tokens() != layout.tokens)
     throw std::logic_error("KvWorkingSet::restore: the slots of the layout are not loaded");
-  compacted_ = layout.compacted;
+  set_compacted(layout.compacted);
   exact_slot_ = layout.exact_slot;
   exact_stream_ = layout.exact_stream;
   stream_end_ = layout.stream_end;
@@ -162,19 +158,37 @@ void KvWorkingSet::restore(const WorkingSetLayout& layout) {
 }
 
 at::Tensor KvWorkingSet::slot_stream() const {
+  return slot_map_on(at::kCPU).contiguous();
+}
+
+at::Tensor KvWorkingSet::slot_map_on(at::Device device) const {
   const KvCacheShape& s = cache_.shape();
   const int64_t tail = tokens() - exact_slot_;
-  at::Tensor tail_ids =
-      stream_range(exact_stream_, tail).view({1, 1, tail}).expand({s.layers, s.kv_heads, tail});
-  if (exact_slot_ == 0) return tail_ids.contiguous();
-  return at::cat({compacted_, tail_ids}, 2);
+  at::Tensor tail_ids = at::arange(exact_stream_, exact_stream_ + tail,
+                                   at::TensorOptions().dtype(at::kLong).device(device))
+                            .view({1, 1, tail})
+                            .expand({s.layers, s.kv_heads, tail});
+  if (exact_slot_ == 0) return tail_ids;
+  const at::Tensor held = device.is_cpu() ? compacted_on_host() : compacted_.to(device);
+  return at::cat({held, tail_ids}, 2);
+}
+
+void KvWorkingSet::set_compacted(at::Tensor map) {
+  compacted_ = std::move(map);
+  compacted_host_ = at::Tensor();
+}
+
+const at::Tensor& KvWorkingSet::compacted_on_host() const {
+  if (!compacted_.defined() || compacted_.is_cpu()) return compacted_;
+  if (!compacted_host_.defined()) compacted_host_ = compacted_.to(at::kCPU);
+  return compacted_host_;
 }
 
 std::vector<float> KvWorkingSet::attention_share() const {
   std::vector<float> share(static_cast<size_t>(stream_end_), 0.0f);
   std::fill(share.begin() + exact_stream_, share.end(), 1.0f);
   if (exact_slot_ > 0) {
-    const at::Tensor held = compacted_.reshape({-1});
+    const at::Tensor held = compacted_on_host().reshape({-1});
     // A ragged working set's padding slots (-1) hold no token.
     const at::Tensor counts =
         at::bincount(held.index({held.ge(0)}), {}, stream_end_)
@@ -232,7 +246,43 @@ void KvWorkingSet::mark_stored(int64_t stream_end) {
   capture_from_ = std::max(capture_from_, stream_end);
 }
 
+void KvWorkingSet::capture_before_plan() {
+  if (!capture_) return;
+  const int64_t from = pending_.empty() ? capture_from_ : pending_.back().end;
+  if (from < stream_end_) pending_.push_back(copy_tail(from));
+}
+
+void KvWorkingSet::gather_per_head(const at::Tensor& index, const at::Tensor& freq) {
+  const KvCacheShape& s = cache_.shape();
+  const int64_t before = tokens(), n = index.size(2);
+  // The old positions are read on the device: one rotation per layer, no host work per head (a
+  // plan over 32 layers x 8 heads took ~250 ms on an 8B shape).
+  const at::Tensor old_positions = cache_.positions()[0].narrow(0, 0, before).clone();
+  const at::Tensor target = at::arange(n, index.options());
+  for (int64_t l = 0; l < s.layers; ++l) {
+    at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
+    at::Tensor values = cache_.values(l)[0];
+    const at::Tensor idx = index[l];  // [H, n]
+    const at::Tensor gather_idx = idx.unsqueeze(-1).expand({s.kv_heads, n, s.head_dim});
+    const at::Tensor kept_k = keys.gather(1, gather_idx).contiguous();
+    const at::Tensor kept_v = values.gather(1, gather_idx);
+    // Every head's rows at once: [H·n, d] with one delta per row.
+    at::Tensor rows = kept_k.view({s.kv_heads * n, s.head_dim});
+    const at::Tensor deltas =
+        (target.unsqueeze(0) -
+         old_positions.index_select(0, idx.reshape({-1})).view({s.kv_heads, n}))
+            .reshape({-1});
+    gpu::rope_rotate_(rows, deltas, freq);
+    keys.narrow(1, 0, n).copy_(kept_k);
+    values.narrow(1, 0, n).copy_(kept_v);
+  }
+}
+
 void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
+  if (plan.slots.defined()) {
+    apply_slots(plan.slots, inv_freq);
+    return;
+  }
   unchanged_ = 0;
   const KvCacheShape& s = cache_.shape();
   const int64_t before = tokens();
@@ -266,58 +316,34 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
     throw std::out_of_range("KeepPlan: a kept slot is outside the working set's " +
                             std::to_string(before) + " slots");
   }
-  if (capture_) {
-    const int64_t from = pending_.empty() ? capture_from_ : pending_.back().end;
-    if (from < stream_end_) pending_.push_back(copy_tail(from));
-  }
-  // Shared plans re-rotate from host positions; per-head ones read them on the device.
-  const at::Tensor old_positions =
-      per_head ? at::Tensor() : cache_.positions()[0].narrow(0, 0, before).to(at::kCPU);
+  capture_before_plan();
   // Every slot held a token (no mask: the map had no -1) and the plan pads none: every kept slot
   // holds one, and the new map is composed in one pass (compose_slot_map). Otherwise the whole
   // map before the plan ([L, H, before], -1 where a slot holds no token) is read through it.
   const bool dense_map = !padded.defined() && all_valid;
   const at::Tensor old_map = dense_map ? at::Tensor() : slot_stream();
-  const at::Tensor target = at::arange(n, host_long);
 
   const at::Tensor freq = inv_freq.to(cache_.device());
-  // Per-head plans read the old positions on the device: one index copy and one rotation per
-  // layer, no host work per head (a plan over 32 layers x 8 heads took ~250 ms on an 8B shape).
-  const at::Tensor old_positions_dev =
-      per_head ? cache_.positions()[0].narrow(0, 0, before).clone() : at::Tensor();
-  // The index is page-locked on CUDA: its copy queues behind the work before it instead of
-  // waiting for it (a pageable copy synchronizes the stream first).
-  const at::Tensor index_dev =
-      per_head ? index.to(cache_.device(), /*non_blocking=*/true) : at::Tensor();
-  const at::Tensor target_dev =
-      per_head ? at::arange(n, at::TensorOptions(at::kLong).device(cache_.device())) : at::Tensor();
-  for (int64_t l = 0; l < s.layers; ++l) {
-    at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
-    at::Tensor values = cache_.values(l)[0];
-    at::Tensor kept_k, kept_v;
-    if (!per_head) {
-      const at::Tensor idx_host = index[l][0];  // [n]
-      const at::Tensor idx = idx_host.to(cache_.device());
-      kept_k = keys.index_select(1, idx);
-      kept_v = values.index_select(1, idx);
-      const at::Tensor deltas =
-          (target - old_positions.index_select(0, idx_host)).to(freq.device());
+  if (per_head) {
+    // The index is page-locked on CUDA: its copy queues behind the work before it instead of
+    // waiting for it (a pageable copy synchronizes the stream first).
+    gather_per_head(index.to(cache_.device(), /*non_blocking=*/true), freq);
+  } else {
+    // Shared plans re-rotate from host positions.
+    const at::Tensor old_positions = cache_.positions()[0].narrow(0, 0, before).to(at::kCPU);
+    const at::Tensor idx_host = index[0][0];  // [n]
+    const at::Tensor idx = idx_host.to(cache_.device());
+    const at::Tensor deltas =
+        (at::arange(n, host_long) - old_positions.index_select(0, idx_host)).to(freq.device());
+    for (int64_t l = 0; l < s.layers; ++l) {
+      at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
+      at::Tensor values = cache_.values(l)[0];
+      at::Tensor kept_k = keys.index_select(1, idx);
+      const at::Tensor kept_v = values.index_select(1, idx);
       gpu::rope_rotate_(kept_k, deltas, freq);
-    } else {
-      const at::Tensor idx = index_dev[l];  // [H, n]
-      const at::Tensor gather_idx = idx.unsqueeze(-1).expand({s.kv_heads, n, s.head_dim});
-      kept_k = keys.gather(1, gather_idx).contiguous();
-      kept_v = values.gather(1, gather_idx);
-      // Every head's rows at once: [H·n, d] with one delta per row.
-      at::Tensor rows = kept_k.view({s.kv_heads * n, s.head_dim});
-      const at::Tensor deltas =
-          (target_dev.unsqueeze(0) -
-           old_positions_dev.index_select(0, idx.reshape({-1})).view({s.kv_heads, n}))
-              .reshape({-1});
-      gpu::rope_rotate_(rows, deltas, freq);
+      keys.narrow(1, 0, n).copy_(kept_k);
+      values.narrow(1, 0, n).copy_(kept_v);
     }
-    keys.narrow(1, 0, n).copy_(kept_k);
-    values.narrow(1, 0, n).copy_(kept_v);
   }
   if (dense_map) {
     // The map is composed while the device gathers: no mask to set, four passes over the
@@ -340,13 +366,60 @@ void KvWorkingSet::apply(const KeepPlan& plan, const at::Tensor& inv_freq) {
   evicted_ += evicted_pairs / (s.layers * s.kv_heads);
 }
 
+void KvWorkingSet::apply_slots(const at::Tensor& plan_slots, const at::Tensor& inv_freq) {
+  const KvCacheShape& s = cache_.shape();
+  const int64_t before = tokens();
+  if (plan_slots.dim() != 3 || plan_slots.size(0) != s.layers || plan_slots.size(1) != s.kv_heads ||
+      plan_slots.scalar_type() != at::kLong) {
+    throw std::invalid_argument("KeepPlan: slots [layers, kv_heads, n] int64 expected");
+  }
+  const int64_t n = plan_slots.size(2);
+  const at::Tensor slots = plan_slots.to(cache_.device());
+  if (n > 0) {
+    // Two numbers back to the host, before anything moves: a slot outside the working set would
+    // fault the gather on the device.
+    const at::Tensor bounds = at::stack({slots.min(), slots.max()}).to(at::kCPU);
+    const int64_t lowest = bounds[0].item<int64_t>(), highest = bounds[1].item<int64_t>();
+    if (lowest < -1 || highest >= before) {
+      throw std::out_of_range("KeepPlan: a kept slot is outside the working set's " +
+                              std::to_string(before) + " slots");
+    }
+  }
+  unchanged_ = 0;
+  capture_before_plan();
+  // Everything below stays on the cache's device; the host learns four numbers at the end.
+  const at::Tensor old_map = slot_map_on(cache_.device());  // [L, H, before], -1: no token
+  const at::Tensor padding = slots.lt(0);
+  const at::Tensor index = slots.clamp_min(0);  // padding reads slot 0 and stays hidden
+  gather_per_head(index, inv_freq.to(cache_.device()));
+  cache_.set_dense_length(n);
+  const at::Tensor map = old_map.gather(2, index).masked_fill_(padding, -1);
+  const at::Tensor valid = map.ge(0);
+  // The verbatim tail: the last slots that hold the stream's last tokens in every (layer, head);
+  // `last_other` is the last slot that does not (-1: none).
+  const at::Tensor in_tail =
+      map.eq(at::arange(stream_end_ - n, stream_end_, index.options())).all(0).all(0);
+  const at::Tensor last_other = n > 0
+                                    ? at::arange(n, index.options()).masked_fill_(in_tail, -1).max()
+                                    : at::full({}, -1, index.options());
+  const at::Tensor facts = at::stack({last_other, valid.sum(), old_map.ge(0).sum()}).to(at::kCPU);
+  const int64_t held_after = facts[1].item<int64_t>(), held_before = facts[2].item<int64_t>();
+  exact_slot_ = facts[0].item<int64_t>() + 1;
+  exact_stream_ = stream_end_ - (n - exact_slot_);
+  set_compacted(exact_slot_ > 0 ? map.narrow(2, 0, exact_slot_).contiguous() : at::Tensor());
+  // A slot that holds no token is hidden from its head; a plan that fills every slot frees the
+  // mask.
+  cache_.set_key_valid(held_after == valid.numel() ? at::Tensor() : valid);
+  evicted_ += (held_before - held_after) / (s.layers * s.kv_heads);
+}
+
 void KvWorkingSet::set_slot_map(const at::Tensor& map_in) {
   const at::Tensor map = map_in.contiguous();
   const int64_t n = map.size(2);
   if (n == 0) {
     exact_slot_ = 0;
     exact_stream_ = stream_end_;
-    compacted_ = at::Tensor();
+    set_compacted(at::Tensor());
     return;
   }
   const at::Tensor flat = map.view({-1, n});
@@ -355,14 +428,14 @@ void KvWorkingSet::set_slot_map(const at::Tensor& map_in) {
       exact_suffix(flat.size(0), n, stream_end_, [&](int64_t r, int64_t j) { return acc[r][j]; });
   exact_slot_ = n - suffix;
   exact_stream_ = stream_end_ - suffix;
-  compacted_ = exact_slot_ > 0 ? map.narrow(2, 0, exact_slot_).contiguous() : at::Tensor();
+  set_compacted(exact_slot_ > 0 ? map.narrow(2, 0, exact_slot_).contiguous() : at::Tensor());
 }
 
 void KvWorkingSet::compose_slot_map(const at::Tensor& index_in) {
   const at::Tensor index = index_in.contiguous();
   const int64_t rows = index.size(0) * index.size(1), n = index.size(2);
   const int64_t* idx = index.data_ptr<int64_t>();
-  const at::Tensor old = exact_slot_ > 0 ? compacted_.contiguous() : at::Tensor();
+  const at::Tensor old = exact_slot_ > 0 ? compacted_on_host().contiguous() : at::Tensor();
   const int64_t* held = old.defined() ? old.data_ptr<int64_t>() : nullptr;
   const int64_t old_exact = exact_slot_, old_stream = exact_stream_;
   // The stream index slot s of row r held before the plan: compacted, or the verbatim tail.
@@ -374,7 +447,7 @@ void KvWorkingSet::compose_slot_map(const at::Tensor& index_in) {
   exact_slot_ = n - suffix;
   exact_stream_ = stream_end_ - suffix;
   if (exact_slot_ == 0) {
-    compacted_ = at::Tensor();
+    set_compacted(at::Tensor());
     return;
   }
   at::Tensor map = at::empty({index.size(0), index.size(1), exact_slot_}, at::kLong);
@@ -382,7 +455,7 @@ void KvWorkingSet::compose_slot_map(const at::Tensor& index_in) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < exact_slot_; ++j)
       out[r * exact_slot_ + j] = stream_of(r, idx[r * n + j]);
-  compacted_ = map;
+  set_compacted(map);
 }
 
 void KvWorkingSet::adopt(const KvCache& cache, const at::Tensor& slot_stream,

@@ -135,6 +135,19 @@ class KvWorkingSet {
 
  private:
   KvRun copy_tail(int64_t from_stream) const;
+  // With capture on, copies out the tokens no run holds yet (a plan is about to move them).
+  void capture_before_plan();
+  // Gathers the slots of `index` ([L, H, n] int64 on the cache's device) to slots 0..n-1 of every
+  // (layer, head) and re-rotates them to positions 0..n-1.
+  void gather_per_head(const at::Tensor& index, const at::Tensor& freq);
+  // A plan given as KeepPlan::slots: the index, the slot map and the mask are composed where the
+  // cache is; the host reads back two bounds before and three counts after.
+  void apply_slots(const at::Tensor& slots, const at::Tensor& inv_freq);
+  // The slot map [L, H, tokens()] (-1: no token) on `device`; on the CPU it is slot_stream().
+  at::Tensor slot_map_on(at::Device device) const;
+  // compacted_ is on the device after a plan given as slots; host readers take a copy made once.
+  void set_compacted(at::Tensor map);
+  const at::Tensor& compacted_on_host() const;
   void set_slot_map(const at::Tensor& map);  // [L, H, tokens()] int64 CPU
   // The slot map after a plan that pads no slot over slots that all hold a token: each kept slot's
   // stream index read through `index` [L, H, n] (CPU int64) from the map before it, written once
@@ -145,7 +158,8 @@ class KvWorkingSet {
   KvCache& cache_;
   bool fixed_;
   int64_t max_positions_;
-  at::Tensor compacted_;  // [L, H, exact_slot_] int64 CPU: stream index of each compacted slot
+  at::Tensor compacted_;  // [L, H, exact_slot_] int64: stream index of each compacted slot
+  mutable at::Tensor compacted_host_;  // its CPU copy, when compacted_ is on the device
   int64_t exact_slot_ = 0;
   int64_t exact_stream_ = 0;
   int64_t stream_end_ = 0;

@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
 #include "core/runtime/attention.h"
-#include "gpu/device_info.h"
-#include "gpu/device_timeline.h"
 #include "gpu/env_flag.h"
 
 namespace engram {
@@ -182,20 +179,17 @@ at::Tensor joint_top(const at::Tensor& s, int64_t pairs, int64_t cap, int64_t no
   return std::get<0>(slot.masked_fill(taken.logical_not(), none).sort(1));
 }
 
-// A layer's scores s [H, T] as a plan keeps its slots: each head's list, its picks ([H, W]
-// ascending, `tokens` past them) then the tail older..tokens-1, right-aligned in n slots after
-// padding that scores -inf (KvWorkingSet::apply's layout).
-at::Tensor kept_scores(const at::Tensor& s, const at::Tensor& picks, int64_t older, int64_t tokens,
-                       int64_t n) {
-  const at::Tensor count = picks.lt(tokens).sum(1, true);  // [H, 1]
+// Each head's kept list as the plan's slots: its picks (ascending, `tokens` past them, [..., W])
+// then the tail older..tokens-1, right-aligned in n slots after padding entries of -1
+// (KeepPlan::slots). Batched over any leading dimensions (a layer's heads, or every layer's).
+at::Tensor kept_slots(const at::Tensor& picks, int64_t older, int64_t tokens, int64_t n) {
+  const int64_t width = picks.size(-1);
+  const at::Tensor count = picks.lt(tokens).sum(-1, true);  // [..., 1]
   // k: the place in the head's list that slot j holds (< 0 on padding).
-  const at::Tensor k =
-      at::arange(n, picks.options()).view({1, -1}) - (n - (count + tokens - older));
+  const at::Tensor k = at::arange(n, picks.options()) - (n - (count + tokens - older));
   const at::Tensor from_picks =
-      picks.size(1) > 0 ? picks.gather(1, k.clamp(0, picks.size(1) - 1)) : at::zeros_like(k);
-  const at::Tensor slot = at::where(k.lt(count), from_picks, k - count + older);
-  return s.gather(1, slot.clamp(0, s.size(1) - 1))
-      .masked_fill_(k.lt(0), -std::numeric_limits<float>::infinity());
+      width > 0 ? picks.gather(-1, k.clamp(0, width - 1)) : at::zeros_like(k);
+  return at::where(k.lt(count), from_picks, k - count + older).masked_fill_(k.lt(0), -1);
 }
 
 }  // namespace
@@ -222,7 +216,6 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
       uses_window() ? std::max(options_.tail, options_.window) : options_.tail;
   const float empty = -std::numeric_limits<float>::infinity();
   KeepPlan plan;
-  plan.per_head.resize(ws.layers);
   std::vector<int64_t> choose(ws.layers), older(ws.layers);
   for (int64_t l = 0; l < ws.layers; ++l) {
     const int64_t keep = layer_keep(l, ws.layers, target);
@@ -230,11 +223,11 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
     choose[l] = keep - tail;
     older[l] = ws.tokens - tail;
   }
-  // Ranked where the scores are (the GPU in a CUDA session), every layer's choice crossing to the
-  // host in one copy: with equal budgets in one top-k and one sort over [L, H, T] (per layer
-  // they were ~10 small kernels a layer, ~30 % of a 3B episode build's launches), per layer
-  // otherwise. Ranking on the host (scores copied per layer, lists built per head) cost ~170 ms a
-  // shrink on an 8B shape, and building one episode from a 20K-token history shrinks 40 times.
+  // Ranked where the scores are (the GPU in a CUDA session): with equal budgets in one top-k and
+  // one sort over [L, H, T] (per layer they were ~10 small kernels a layer, ~30 % of a 3B episode
+  // build's launches), per layer otherwise. Ranking on the host (scores copied per layer, lists
+  // built per head) cost ~170 ms a shrink on an 8B shape, and building one episode from a 20K-token
+  // history shrinks 40 times.
   bool uniform = options_.per_head != 2;
   for (int64_t l = 1; l < ws.layers && uniform; ++l)
     uniform = choose[l] == choose[0] && older[l] == older[0];
@@ -263,53 +256,33 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
           std::get<0>(index.masked_fill(top == empty, ws.tokens).sort(1)).reshape({-1}));
     }
   }
-  bool short_list = false;  // some head keeps fewer than its share (empty slots)
-  if (!picked.empty()) {
-    // Through page-locked memory: a pageable copy stages the 14.7 MB of a 3B shrink twice.
-    const at::Tensor on_device = picked.size() == 1 ? picked[0] : at::cat(picked);
-    const at::Tensor all = gpu::copy_to_pinned(on_device);
-    if (on_device.is_cuda()) gpu::synchronize(on_device.device());
-    const int64_t* slot = all.data_ptr<int64_t>();
-    for (int64_t l = 0; l < ws.layers; ++l) {
-      plan.per_head[l].resize(ws.kv_heads);
-      for (int64_t h = 0; h < ws.kv_heads; ++h, slot += width[l]) {
-        // Ascending with the empty slots (marked ws.tokens) last: the picks, then the tail.
-        const int64_t picks = std::lower_bound(slot, slot + width[l], ws.tokens) - slot;
-        std::vector<int64_t>& list = plan.per_head[l][h];
-        list.resize(static_cast<size_t>(picks + ws.tokens - older[l]));
-        std::copy(slot, slot + picks, list.begin());
-        std::iota(list.begin() + picks, list.end(), older[l]);
-        short_list = short_list || picks < choose[l];
-      }
-    }
-  } else {
-    for (int64_t l = 0; l < ws.layers; ++l) {
-      for (auto& list : plan.per_head[l]) {
-        for (int64_t j = older[l]; j < ws.tokens; ++j)
-          list.push_back(j);
-      }
-    }
+  // The lists stay where they were ranked, as the plan's slots (KeepPlan::slots); the host
+  // learns only n, the longest list (building the lists and the runner's index on the host took
+  // ~15 ms of an idle GPU a shrink on the 8B shape at 8K slots: 2M entries, each built twice).
+  std::vector<at::Tensor> lengths(picked.size());  // [L or 1, H] longest list of each head
+  for (size_t i = 0; i < picked.size(); ++i) {
+    const at::Tensor picks =
+        stacked.defined() ? picked[i] : picked[i].view({ws.kv_heads, width[i]});
+    lengths[i] = picks.lt(ws.tokens).sum(-1) + (ws.tokens - older[i]);
   }
-  // The scores follow their slots (kept slot j is now slot j; a shorter list fills the last of
-  // the plan's slots, after empty ones); a later shrink without a fresh patch (decode) ranks by
-  // them. With every list whole the kept index is the picks and the tail in one gather;
-  // otherwise each layer's lists right-aligned in the plan's n slots, built from the picks where
-  // they are (through the plan's host index it took ~12 ms a shrink on the 8B shape at 8K slots:
-  // 2.2M entries built and copied twice).
-  if (stacked.defined() && !short_list) {
-    const at::Tensor tail = at::arange(older[0], ws.tokens, picked[0].options())
-                                .view({1, 1, ws.tokens - older[0]})
-                                .expand({ws.layers, ws.kv_heads, ws.tokens - older[0]});
-    const at::Tensor kept = stacked.gather(2, at::cat({picked[0], tail}, 2));
+  const int64_t n = lengths.empty() ? 0 : at::stack(lengths).max().item<int64_t>();
+  // The scores follow their slots (kept slot j is now slot j, padding scores -inf); a later
+  // shrink without a fresh patch (decode) ranks by them.
+  if (stacked.defined()) {
+    plan.slots = kept_slots(picked[0], older[0], ws.tokens, n);  // [L, H, n]
+    const at::Tensor kept =
+        stacked.gather(2, plan.slots.clamp_min(0)).masked_fill_(plan.slots.lt(0), empty);
     for (int64_t l = 0; l < ws.layers; ++l)
       scores[l] = kept[l];
-  } else if (!picked.empty()) {
-    const int64_t n = plan.kept();
+  } else {
+    std::vector<at::Tensor> layer_slots(ws.layers);
     for (int64_t l = 0; l < ws.layers; ++l) {
-      const at::Tensor picks =
-          stacked.defined() ? picked[0][l] : picked[l].view({ws.kv_heads, width[l]});
-      scores[l] = kept_scores(scores[l], picks, older[l], ws.tokens, n);
+      layer_slots[l] = kept_slots(picked[l].view({ws.kv_heads, width[l]}), older[l], ws.tokens, n);
+      scores[l] = scores[l]
+                      .gather(1, layer_slots[l].clamp_min(0))
+                      .masked_fill_(layer_slots[l].lt(0), empty);
     }
+    plan.slots = ws.layers > 0 ? at::stack(layer_slots) : at::empty({0, ws.kv_heads, 0}, at::kLong);
   }
   scores_ = std::move(scores);
   const char* how = options_.per_head == 2   ? " (head, token) pairs per layer jointly"
@@ -319,6 +292,8 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
                 " by the patch's attention + the last " +
                 std::to_string(std::min(tail_rule, target)) +
                 (layer_budgets_.empty() ? "" : ", layer budgets");
+  static const bool host_lists = gpu::env_flag("ENGRAM_HOST_PLAN_LISTS");
+  if (host_lists) return with_host_lists(std::move(plan));
   return plan;
 }
 

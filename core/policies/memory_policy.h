@@ -56,13 +56,22 @@ struct BlockInfo {
 // long the conversation is. per_head lists may differ in length (a ragged plan: head-wise
 // selection, layer budgets): the working set then holds n = the longest list slots per (layer,
 // head) and hides the unused ones from the shorter lists' heads (core/kv/working_set.h).
+//
+// A policy that ranks on the device may hand its per-head lists over as one tensor (`slots`)
+// instead of host lists: the plan is still a value the runner alone applies, but the lists stay
+// where they were ranked (building them and the runner's index on the host, 2M entries each on
+// the 8B shape at 8K slots, left the GPU idle ~15 ms a shrink).
 struct KeepPlan {
   std::vector<int64_t> shared;  // one list for every (layer, head), when per_head is empty
   std::vector<std::vector<std::vector<int64_t>>> per_head;  // [layer][kv head][kept slots]
-  std::string reason;                                       // for the trace and the chat note
+  // Or, with shared and per_head empty: [layers, kv_heads, n] int64 on any device, each (layer,
+  // head) list right-aligned after `n - length` padding entries of -1.
+  at::Tensor slots;
+  std::string reason;  // for the trace and the chat note
 
   // Slots the working set holds after the plan: the longest list.
   int64_t kept() const {
+    if (slots.defined()) return slots.size(2);
     if (per_head.empty()) return static_cast<int64_t>(shared.size());
     size_t most = 0;
     for (const auto& layer : per_head)
@@ -70,7 +79,13 @@ struct KeepPlan {
         most = std::max(most, head.size());
     return static_cast<int64_t>(most);
   }
+  // One (layer, head)'s list, whichever form the plan has (copied from the device for `slots`).
+  std::vector<int64_t> list(int64_t layer, int64_t head) const;
 };
+
+// The same plan with host lists (per_head) in place of `slots`: what a policy that ranks on the
+// device handed over before (the ENGRAM_HOST_PLAN_LISTS peer, measured by the same build).
+KeepPlan with_host_lists(KeepPlan plan);
 
 class MemoryPolicy {
  public:
