@@ -528,12 +528,14 @@ class RaggedPlanTest : public QObject {
   // none more than the budget; the peak stays under budget + block + |patch|; decode through the
   // budget still runs. Without layer budgets every head fills the budget: per_head=1's plan.
   void jointSelectionKeepsTheLayerBudget_data() {
-    QTest::addColumn<bool>("layer_budgets");
-    QTest::newRow("uniform M") << false;
-    QTest::newRow("layers=") << true;
+    QTest::addColumn<int>("layers");
+    QTest::newRow("uniform M") << 0;
+    QTest::newRow("layers=") << 1;                 // every layer ranked in one joint selection
+    QTest::newRow("a layer below the tail") << 2;  // its tail differs: ranked layer by layer
   }
   void jointSelectionKeepsTheLayerBudget() {
-    QFETCH(bool, layer_budgets);
+    QFETCH(int, layers);
+    const bool layer_budgets = layers > 0;
     const Decoder& d = decoder("llama-gqa");
     const ModelConfig& c = d.config();
     const int64_t budget = 48, block = 16, patch = 9;
@@ -542,7 +544,7 @@ class RaggedPlanTest : public QObject {
     // also holds the fresh tokens).
     const auto prompt = test::token_ids(13 * block, 7);
     std::vector<int64_t> m(static_cast<size_t>(c.num_layers), budget);
-    if (layer_budgets) m = {40, 20};
+    if (layer_budgets) m = {40, layers == 1 ? 20 : 6};
     at::Tensor slots[2];
     for (const int64_t per_head : {1, 2}) {
       EpiCacheOptions o;

@@ -156,27 +156,32 @@ int64_t EpiCachePolicy::layer_keep(int64_t layer, int64_t layers, int64_t target
 
 namespace {
 
-// Ada-KV's joint selection: the top `pairs` (head, slot) pairs of s [H, T] with at most `cap`
-// slots per head and none scored -inf (an empty slot), ties to the lower head and slot. Computed
-// where the scores are: a head keeps at most its own best `cap`, so the pairs are the first of
-// those in one stable descending sort (head-major, which keeps the tie rule). Returns [H, cap']
-// int64 (cap' = cap within 0..T): each head's slots ascending, then `none`. Ranking every layer
-// on the host (its scores copied, one sort of H·T) took ~5 s of a 32K prompt's prefill on the
-// 8B shape (48 shrinks x 32 layers).
-at::Tensor joint_top(const at::Tensor& s, int64_t pairs, int64_t cap, int64_t none) {
-  const int64_t heads = s.size(0), t = s.size(1);
+// Ada-KV's joint selection, every layer at once: of s [L, H, T] the top `pairs[l]` (head, slot)
+// pairs of each layer with at most `cap` slots per head and none scored -inf (an empty slot), ties
+// to the lower head and slot. Computed where the scores are: a head keeps at most its own best
+// `cap`, so a layer's pairs are the first of those in one stable descending sort (head-major,
+// which keeps the tie rule). Returns [L, H, cap'] int64 (cap' = cap within 0..T): each head's
+// slots ascending, then `none`. Ranking every layer on the host (its scores copied, one sort of
+// H·T) took ~5 s of a 32K prompt's prefill on the 8B shape (48 shrinks x 32 layers); layer by
+// layer on the device, ~20 ms of launches a shrink.
+at::Tensor joint_top(const at::Tensor& s, const std::vector<int64_t>& pairs, int64_t cap,
+                     int64_t none) {
+  const int64_t layers = s.size(0), heads = s.size(1), t = s.size(2);
   cap = std::clamp<int64_t>(cap, 0, t);
   const auto longs = s.options().dtype(at::kLong);
-  if (pairs <= 0 || cap == 0) return at::full({heads, cap}, none, longs);
-  auto [best, slot] = s.sort(/*stable=*/true, 1, /*descending=*/true);
-  best = best.narrow(1, 0, cap);
-  slot = slot.narrow(1, 0, cap);
-  const at::Tensor rank =
-      std::get<1>(best.reshape({-1}).sort(/*stable=*/true, 0, /*descending=*/true));
-  at::Tensor taken = at::zeros({heads * cap}, s.options().dtype(at::kBool));
-  taken.index_fill_(0, rank.narrow(0, 0, std::min(pairs, heads * cap)), true);
-  taken = taken.view({heads, cap}) & best.ne(-std::numeric_limits<float>::infinity());
-  return std::get<0>(slot.masked_fill(taken.logical_not(), none).sort(1));
+  if (cap == 0) return at::full({layers, heads, 0}, none, longs);
+  auto [best, slot] = s.sort(/*stable=*/true, 2, /*descending=*/true);
+  best = best.narrow(2, 0, cap);
+  slot = slot.narrow(2, 0, cap);
+  const at::Tensor rank = std::get<1>(
+      best.reshape({layers, heads * cap}).sort(/*stable=*/true, 1, /*descending=*/true));
+  // Each pair's place in its layer's ranking; the first pairs[l] places are taken.
+  const at::Tensor place = at::empty_like(rank).scatter_(
+      1, rank, at::arange(heads * cap, longs).view({1, -1}).expand({layers, heads * cap}));
+  const at::Tensor quota = at::tensor(pairs, at::kLong).to(s.device()).view({layers, 1});
+  const at::Tensor taken =
+      place.lt(quota).view({layers, heads, cap}) & best.ne(-std::numeric_limits<float>::infinity());
+  return std::get<0>(slot.masked_fill(taken.logical_not(), none).sort(2));
 }
 
 // Each head's kept list as the plan's slots: its picks (ascending, `tokens` past them, [..., W])
@@ -228,27 +233,40 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   // build's launches), per layer otherwise. Ranking on the host (scores copied per layer, lists
   // built per head) cost ~170 ms a shrink on an 8B shape, and building one episode from a 20K-token
   // history shrinks 40 times.
-  bool uniform = options_.per_head != 2;
-  for (int64_t l = 1; l < ws.layers && uniform; ++l)
-    uniform = choose[l] == choose[0] && older[l] == older[0];
-  at::Tensor stacked = uniform ? all_layer_scores(ws.layers, ws.kv_heads, ws.tokens) : at::Tensor();
+  // Joint selection ranks every layer at once too when their tails are equal (layer budgets
+  // differ only in how many pairs each layer takes).
+  bool same_tail = true, uniform = options_.per_head != 2;
+  for (int64_t l = 1; l < ws.layers; ++l) {
+    same_tail = same_tail && older[l] == older[0];
+    uniform = uniform && choose[l] == choose[0];
+  }
+  const bool joint = options_.per_head == 2;
+  at::Tensor stacked = same_tail && (uniform || joint)
+                           ? all_layer_scores(ws.layers, ws.kv_heads, ws.tokens)
+                           : at::Tensor();
   std::vector<at::Tensor> scores(ws.layers);
   for (int64_t l = 0; l < ws.layers; ++l)
     scores[l] = stacked.defined() ? stacked[l] : scores_for(l, ws.kv_heads, ws.tokens);  // [H, T]
-  std::vector<at::Tensor> picked;  // [H·width] per layer, or one [L·H·choose]: ascending slots
+  std::vector<at::Tensor> picked;      // [H·width] per layer, or one [L, H, W]: ascending slots
   std::vector<int64_t> width(choose);  // slots each head's row of `picked` holds, per layer
-  if (stacked.defined()) {
+  if (stacked.defined() && joint) {
+    std::vector<int64_t> pairs(choose);
+    for (int64_t& p : pairs)
+      p *= ws.kv_heads;
+    picked.push_back(joint_top(stacked.narrow(2, 0, older[0]), pairs,
+                               target - (ws.tokens - older[0]), ws.tokens));
+  } else if (stacked.defined()) {
     const auto [top, index] = stacked.narrow(2, 0, older[0]).topk(choose[0], 2);
     // An empty slot is never worth keeping: marked ws.tokens, it sorts after every real slot.
     picked.push_back(std::get<0>(index.masked_fill(top == empty, ws.tokens).sort(2)));
   } else {
     for (int64_t l = 0; l < ws.layers; ++l) {
       const at::Tensor candidates = scores[l].narrow(1, 0, older[l]);
-      if (options_.per_head == 2) {
-        const at::Tensor joint = joint_top(candidates, choose[l] * ws.kv_heads,
-                                           target - (ws.tokens - older[l]), ws.tokens);
-        width[l] = joint.size(1);
-        picked.push_back(joint.reshape({-1}));
+      if (joint) {
+        const at::Tensor picks = joint_top(candidates.unsqueeze(0), {choose[l] * ws.kv_heads},
+                                           target - (ws.tokens - older[l]), ws.tokens)[0];
+        width[l] = picks.size(1);
+        picked.push_back(picks.reshape({-1}));
         continue;
       }
       const auto [top, index] = candidates.topk(choose[l], 1);
