@@ -230,11 +230,10 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   }
   // Ranked where the scores are (the GPU in a CUDA session): with equal budgets in one top-k and
   // one sort over [L, H, T] (per layer they were ~10 small kernels a layer, ~30 % of a 3B episode
-  // build's launches), per layer otherwise. Ranking on the host (scores copied per layer, lists
-  // built per head) cost ~170 ms a shrink on an 8B shape, and building one episode from a 20K-token
-  // history shrinks 40 times.
-  // Joint selection ranks every layer at once too when their tails are equal (layer budgets
-  // differ only in how many pairs each layer takes).
+  // build's launches); joint selection likewise when the layers' tails are equal (layer budgets
+  // differ only in how many pairs each layer takes); per layer otherwise. Ranking on the host
+  // (scores copied per layer, lists built per head) cost ~170 ms a shrink on an 8B shape, and
+  // building one episode from a 20K-token history shrinks 40 times.
   bool same_tail = true, uniform = options_.per_head != 2;
   for (int64_t l = 1; l < ws.layers; ++l) {
     same_tail = same_tail && older[l] == older[0];
@@ -275,8 +274,8 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
     }
   }
   // The lists stay where they were ranked, as the plan's slots (KeepPlan::slots); the host
-  // learns only n, the longest list (building the lists and the runner's index on the host took
-  // ~15 ms of an idle GPU a shrink on the 8B shape at 8K slots: 2M entries, each built twice).
+  // learns only n, the longest list (building the lists and the runner's index on the host cost
+  // ~10 ms a shrink on the 8B shape at 8K slots: 2M entries, each built twice).
   std::vector<at::Tensor> lengths(picked.size());  // [L or 1, H] longest list of each head
   for (size_t i = 0; i < picked.size(); ++i) {
     const at::Tensor picks =

@@ -3,13 +3,19 @@
 #include <algorithm>
 
 namespace engram {
+namespace {
+
+// A right-aligned row of KeepPlan::slots as its list: the entries after the -1 padding.
+std::vector<int64_t> listed(const int64_t* row, int64_t n) {
+  return {std::find_if(row, row + n, [](int64_t s) { return s >= 0; }), row + n};
+}
+
+}  // namespace
 
 std::vector<int64_t> KeepPlan::list(int64_t layer, int64_t head) const {
   if (slots.defined()) {
     const at::Tensor row = slots[layer][head].to(at::kCPU).contiguous();
-    const int64_t* p = row.data_ptr<int64_t>();
-    const int64_t* first = std::find_if(p, p + row.numel(), [](int64_t s) { return s >= 0; });
-    return {first, p + row.numel()};
+    return listed(row.data_ptr<int64_t>(), row.numel());
   }
   if (per_head.empty()) return shared;
   return per_head[static_cast<size_t>(layer)][static_cast<size_t>(head)];
@@ -25,7 +31,7 @@ KeepPlan with_host_lists(KeepPlan plan) {
                        std::vector<std::vector<int64_t>>(static_cast<size_t>(heads)));
   for (auto& layer : plan.per_head) {
     for (auto& list : layer) {
-      list.assign(std::find_if(row, row + n, [](int64_t s) { return s >= 0; }), row + n);
+      list = listed(row, n);
       row += n;
     }
   }
