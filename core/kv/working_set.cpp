@@ -258,26 +258,23 @@ void KvWorkingSet::gather_per_head(const at::Tensor& index, const at::Tensor& fr
   // The old positions are read on the device: one rotation per layer, no host work per head (a
   // plan over 32 layers x 8 heads took ~250 ms on an 8B shape).
   const at::Tensor old_positions = cache_.positions()[0].narrow(0, 0, before).clone();
-  // Every layer's deltas and row numbers at once. Rows of a layer's [H·capacity, d] storage are
-  // selected whole: a gather with an [H, n, d] index computed an offset for every element.
-  const at::Tensor deltas =
-      (at::arange(n, index.options()) -
-       old_positions.index_select(0, index.reshape({-1})).view(index.sizes()));
-  const int64_t capacity = cache_.capacity(), spare = capacity - before;
-  const at::Tensor rows =
-      index + at::arange(s.kv_heads, index.options()).mul_(capacity).view({1, s.kv_heads, 1});
+  const at::Tensor target = at::arange(n, index.options());
   for (int64_t l = 0; l < s.layers; ++l) {
     at::Tensor keys = cache_.keys(l)[0];  // [H, before, d] view of the storage
     at::Tensor values = cache_.values(l)[0];
-    const at::Tensor layer_rows = rows[l].reshape({-1});  // [H·n]
-    // reshape: a view of the [H, capacity, d] storage (a copy would only be read).
-    at::Tensor kept_k =
-        cache_.keys(l, spare)[0].reshape({-1, s.head_dim}).index_select(0, layer_rows);
-    const at::Tensor kept_v =
-        cache_.values(l, spare)[0].reshape({-1, s.head_dim}).index_select(0, layer_rows);
-    gpu::rope_rotate_(kept_k, deltas[l].reshape({-1}), freq);  // one delta per [H·n] row
-    keys.narrow(1, 0, n).copy_(kept_k.view({s.kv_heads, n, s.head_dim}));
-    values.narrow(1, 0, n).copy_(kept_v.view({s.kv_heads, n, s.head_dim}));
+    const at::Tensor idx = index[l];  // [H, n]
+    const at::Tensor gather_idx = idx.unsqueeze(-1).expand({s.kv_heads, n, s.head_dim});
+    const at::Tensor kept_k = keys.gather(1, gather_idx).contiguous();
+    const at::Tensor kept_v = values.gather(1, gather_idx);
+    // Every head's rows at once: [H·n, d] with one delta per row.
+    at::Tensor rows = kept_k.view({s.kv_heads * n, s.head_dim});
+    const at::Tensor deltas =
+        (target.unsqueeze(0) -
+         old_positions.index_select(0, idx.reshape({-1})).view({s.kv_heads, n}))
+            .reshape({-1});
+    gpu::rope_rotate_(rows, deltas, freq);
+    keys.narrow(1, 0, n).copy_(kept_k);
+    values.narrow(1, 0, n).copy_(kept_v);
   }
 }
 
