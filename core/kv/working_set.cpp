@@ -387,7 +387,7 @@ void KvWorkingSet::apply_slots(const at::Tensor& plan_slots, const at::Tensor& i
   }
   unchanged_ = 0;
   capture_before_plan();
-  // Everything below stays on the cache's device; the host learns four numbers at the end.
+  // Everything below stays on the cache's device; the host learns three counts at the end.
   const at::Tensor old_map = slot_map_on(cache_.device());  // [L, H, before], -1: no token
   const at::Tensor padding = slots.lt(0);
   const at::Tensor index = slots.clamp_min(0);  // padding reads slot 0 and stays hidden

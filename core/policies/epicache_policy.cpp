@@ -184,12 +184,13 @@ at::Tensor joint_top(const at::Tensor& s, const std::vector<int64_t>& pairs, int
   return std::get<0>(slot.masked_fill(taken.logical_not(), none).sort(2));
 }
 
-// Each head's kept list as the plan's slots: its picks (ascending, `tokens` past them, [..., W])
-// then the tail older..tokens-1, right-aligned in n slots after padding entries of -1
-// (KeepPlan::slots). Batched over any leading dimensions (a layer's heads, or every layer's).
-at::Tensor kept_slots(const at::Tensor& picks, int64_t older, int64_t tokens, int64_t n) {
+// Each head's kept list as the plan's slots: its picks (ascending, `tokens` past them, [..., W];
+// `count` [..., 1] of them real) then the tail older..tokens-1, right-aligned in n slots after
+// padding entries of -1 (KeepPlan::slots). Batched over any leading dimensions (a layer's heads,
+// or every layer's).
+at::Tensor kept_slots(const at::Tensor& picks, const at::Tensor& count, int64_t older,
+                      int64_t tokens, int64_t n) {
   const int64_t width = picks.size(-1);
-  const at::Tensor count = picks.lt(tokens).sum(-1, true);  // [..., 1]
   // k: the place in the head's list that slot j holds (< 0 on padding).
   const at::Tensor k = at::arange(n, picks.options()) - (n - (count + tokens - older));
   const at::Tensor from_picks =
@@ -276,17 +277,19 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   // The lists stay where they were ranked, as the plan's slots (KeepPlan::slots); the host
   // learns only n, the longest list (building the lists and the runner's index on the host cost
   // ~10 ms a shrink on the 8B shape at 8K slots: 2M entries, each built twice).
-  std::vector<at::Tensor> lengths(picked.size());  // [L or 1, H] longest list of each head
+  std::vector<at::Tensor> counts(picked.size());   // [.., H, 1]: real picks of each head
+  std::vector<at::Tensor> lengths(picked.size());  // [L or 1, H] list length of each head
   for (size_t i = 0; i < picked.size(); ++i) {
     const at::Tensor picks =
         stacked.defined() ? picked[i] : picked[i].view({ws.kv_heads, width[i]});
-    lengths[i] = picks.lt(ws.tokens).sum(-1) + (ws.tokens - older[i]);
+    counts[i] = picks.lt(ws.tokens).sum(-1, true);
+    lengths[i] = counts[i].squeeze(-1) + (ws.tokens - older[i]);
   }
   const int64_t n = lengths.empty() ? 0 : at::stack(lengths).max().item<int64_t>();
   // The scores follow their slots (kept slot j is now slot j, padding scores -inf); a later
   // shrink without a fresh patch (decode) ranks by them.
   if (stacked.defined()) {
-    plan.slots = kept_slots(picked[0], older[0], ws.tokens, n);  // [L, H, n]
+    plan.slots = kept_slots(picked[0], counts[0], older[0], ws.tokens, n);  // [L, H, n]
     const at::Tensor kept =
         stacked.gather(2, plan.slots.clamp_min(0)).masked_fill_(plan.slots.lt(0), empty);
     for (int64_t l = 0; l < ws.layers; ++l)
@@ -294,7 +297,8 @@ std::optional<KeepPlan> EpiCachePolicy::shrink(const WorkingSetInfo& ws, int64_t
   } else {
     std::vector<at::Tensor> layer_slots(ws.layers);
     for (int64_t l = 0; l < ws.layers; ++l) {
-      layer_slots[l] = kept_slots(picked[l].view({ws.kv_heads, width[l]}), older[l], ws.tokens, n);
+      layer_slots[l] =
+          kept_slots(picked[l].view({ws.kv_heads, width[l]}), counts[l], older[l], ws.tokens, n);
       scores[l] = scores[l]
                       .gather(1, layer_slots[l].clamp_min(0))
                       .masked_fill_(layer_slots[l].lt(0), empty);
