@@ -8,6 +8,7 @@
 
 #include "gpu/decode_attention.h"
 #include "gpu/dependent_launch.cuh"
+#include "gpu/env_flag.h"
 #include "gpu/float_convert.cuh"
 
 namespace engram::gpu {
@@ -29,6 +30,8 @@ struct Params {
   const int64_t* positions;
   const int64_t* last_slots;
   int hkv, g, splits;
+  bool interleaved;  // the peer: split s takes tiles s, s + splits, ...
+                     // (ENGRAM_DECODE_ATTENTION_INTERLEAVED)
   int64_t slots, window;
   float scale;
   float* part_acc;  // [R·Hkv, splits, g, d]: Σ exp(s - m) · v over the block's slots
@@ -69,16 +72,17 @@ constexpr size_t partial_smem_bytes() {
   return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + 2 * C;
 }
 
-// One block per (split, row · KV head); split s takes tiles s, s + splits, s + 2·splits, ... of
-// the row's slots up to its newest (interleaved: the capacity past them costs no block its
-// share). A tile's keys and values are copied into shared memory asynchronously (cp.async:
-// every byte in flight at once, none held in registers), and the next tile's copies are issued
-// as soon as this one's buffer is read: its keys once the scores are written, its values once
-// the weighted sum is done, so a block always has a copy in flight behind its arithmetic (no
-// second buffer: four blocks still fit an SM). A key row of d values is read by LPK lanes, 16
-// bytes each; a warp takes KPW keys at a time. The block keeps an online softmax over its tiles
-// (running max and sum per query, the weighted values rescaled when the max grows), as
-// flash-decoding does.
+// One block per (split, row · KV head); split s takes the s-th of `splits` equal runs of the
+// row's slots up to its newest, read on the device (so the capacity past them costs no block its
+// share, and no block walks a tile more than another: runs of whole tiles left a quarter of the
+// blocks a fourth tile at an episode's 10K slots, and those set the time). A tile's keys and values
+// are copied into shared memory asynchronously (cp.async: every byte in flight at once, none held
+// in registers), and the next tile's copies are issued as soon as this one's buffer is read: its
+// keys once the scores are written, its values once the weighted sum is done, so a block always has
+// a copy in flight behind its arithmetic (no second buffer: four blocks still fit an SM). A key row
+// of d values is read by LPK lanes, 16 bytes each; a warp takes KPW keys at a time. The block keeps
+// an online softmax over its tiles (running max and sum per query, the weighted values rescaled
+// when the max grows), as flash-decoding does.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
@@ -107,11 +111,14 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   const int64_t pos = p.positions[row];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % LPK, kg = warp * KPW + lane / LPK;
-  const int64_t stride = static_cast<int64_t>(p.splits) * C;
+  // [first, limit) in steps of `stride`: a balanced run, or the interleaved peer's tiles.
+  const int64_t first = p.interleaved ? static_cast<int64_t>(split) * C : end * split / p.splits;
+  const int64_t limit = p.interleaved ? end : end * (split + 1) / p.splits;
+  const int64_t stride = p.interleaved ? static_cast<int64_t>(p.splits) * C : C;
   const T* k_head = static_cast<const T*>(p.keys) + row * p.k_row + head * p.k_head;
   const T* v_head = static_cast<const T*>(p.values) + row * p.v_row + head * p.v_head;
   const auto tile_slots = [&](int64_t start) {
-    return end - start < C ? static_cast<int>(end - start) : C;
+    return limit - start < C ? static_cast<int>(limit - start) : C;
   };
   const auto copy_tile = [&](T* tile, const T* base, int64_t start) {
     const int n = tile_slots(start);
@@ -143,12 +150,12 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     s_scale[threadIdx.x] = 0.f;
   }
   // The first tile's copies go out before anything else (two groups: keys, then values).
-  int64_t start = static_cast<int64_t>(split) * C;
-  if (start < end) copy_tile(k_tile, k_head, start);
+  int64_t start = first;
+  if (start < limit) copy_tile(k_tile, k_head, start);
   async_commit();
-  if (start < end) copy_tile(v_tile, v_head, start);
+  if (start < limit) copy_tile(v_tile, v_head, start);
   async_commit();
-  if (start < end && threadIdx.x < tile_slots(start))
+  if (start < limit && threadIdx.x < tile_slots(start))
     s_seen_buf[threadIdx.x] = seen_of(load_flags(start));
   float qr[G][VEC];
   const T* qp =
@@ -173,7 +180,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     for (int e = 0; e < VEC; ++e)
       acc[qi][e] = 0.f;
 
-  for (int parity = 0; start < end; start += stride, parity ^= 1) {
+  for (int parity = 0; start < limit; start += stride, parity ^= 1) {
     const int n = tile_slots(start);
     const int64_t next = start + stride;
     const bool* s_seen = s_seen_buf + parity * C;
@@ -222,9 +229,9 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
       }
     }
     __syncthreads();  // the key tile is read: the next tile's keys may land in it
-    if (next < end) copy_tile(k_tile, k_head, next);
+    if (next < limit) copy_tile(k_tile, k_head, next);
     async_commit();
-    const bool next_mine = next < end && threadIdx.x < tile_slots(next);
+    const bool next_mine = next < limit && threadIdx.x < tile_slots(next);
     const SlotFlags next_flags = next_mine ? load_flags(next) : SlotFlags{};
 
     for (int qi = warp; qi < g; qi += kWarps) {
@@ -279,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
           acc[qi][e] = fmaf(w[qi], vv[e], acc[qi][e]);
     }
     __syncthreads();  // the value tile, the scores and these flags are read
-    if (next < end) copy_tile(v_tile, v_head, next);
+    if (next < limit) copy_tile(v_tile, v_head, next);
     async_commit();
     if (next_mine) s_seen_buf[(parity ^ 1) * C + threadIdx.x] = seen_of(next_flags);
   }
@@ -398,36 +405,62 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(Params 
   }
 }
 
+// Blocks of the partial kernel one SM holds at once (registers and shared memory; the occupancy
+// calculator, once per instance and device).
+template <typename T, int D, int G>
+int partial_blocks_per_sm() {
+  static thread_local int cached_device = -1, cached = 0;
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  if (device != cached_device) {
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &cached, decode_partial_kernel<T, D, G>, kThreads, partial_smem_bytes<T, D, G>()));
+    cached = std::max(cached, 1);
+    cached_device = device;
+  }
+  return cached;
+}
+
 template <typename T, int D, int G>
 void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   constexpr int C = chunk_slots<T, D>();
-  // About four blocks per SM over all rows and heads, at most one per tile, and as few as give
-  // no block more tiles than that: the slowest block sets the time, every split costs the
-  // combine a read.
   const int64_t tiles = (p.slots + C - 1) / C;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
-  const int64_t want =
-      std::max<int64_t>(1, std::min(tiles, (4 * sms + rows * p.hkv - 1) / (rows * p.hkv)));
-  const int64_t per_split = (tiles + want - 1) / want;
-  p.splits = static_cast<int>(std::max<int64_t>(1, (tiles + per_split - 1) / per_split));
+  const int64_t rh = rows * p.hkv;
+  if (p.interleaved) {
+    // About four blocks per SM, at most one per tile, and as few as give no block more tiles
+    // than that.
+    const int64_t want = std::max<int64_t>(1, std::min(tiles, (4 * sms + rh - 1) / rh));
+    const int64_t per_split = (tiles + want - 1) / want;
+    p.splits = static_cast<int>(std::max<int64_t>(1, (tiles + per_split - 1) / per_split));
+  } else {
+    // One wave: as many blocks as the SMs hold at once over all rows and heads, at most one per
+    // tile of the capacity (the runs are balanced on the device over the slots in use).
+    const int64_t resident = partial_blocks_per_sm<T, D, G>() * sms;
+    p.splits = static_cast<int>(std::max<int64_t>(1, std::min(tiles, resident / rh)));
+  }
   // Freed at return: the caching allocator hands the blocks out again only to work queued after
   // these kernels on this stream (in a capture, the graph's pool keeps them).
-  at::Tensor part_acc = at::empty({rows * p.hkv, p.splits, p.g, D}, f32);
-  at::Tensor part_ml = at::empty({rows * p.hkv, p.splits, p.g, 2}, f32);
+  at::Tensor part_acc = at::empty({rh, p.splits, p.g, D}, f32);
+  at::Tensor part_ml = at::empty({rh, p.splits, p.g, 2}, f32);
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rows * p.hkv)), kThreads,
+  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rh)), kThreads,
                                    partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
-                                  dim3(static_cast<unsigned>(rows * p.hkv * p.g)),
-                                  dim3(kCombineThreads), p.splits * sizeof(float), stream, p));
+                                  dim3(static_cast<unsigned>(rh * p.g)), dim3(kCombineThreads),
+                                  p.splits * sizeof(float), stream, p));
 }
 
 template <typename T, int D>
 void launch_g(const Params& p, int64_t rows, const at::TensorOptions& f32) {
-  if (p.g <= 4) {
+  // A group of three (llama3.2-3b) in registers for three queries, not four: fewer registers a
+  // thread, more blocks an SM.
+  if (p.g <= 3 && !env_flag("ENGRAM_DECODE_ATTENTION_G4")) {
+    launch<T, D, 3>(p, rows, f32);
+  } else if (p.g <= 4) {
     launch<T, D, 4>(p, rows, f32);
   } else {
     launch<T, D, 8>(p, rows, f32);
@@ -487,6 +520,7 @@ at::Tensor decode_attention_cuda(const at::Tensor& q_in, const at::Tensor& keys,
   p.last_slots = last.data_ptr<int64_t>();
   p.slots = slots;
   p.window = window;
+  p.interleaved = env_flag("ENGRAM_DECODE_ATTENTION_INTERLEAVED");
   p.scale = static_cast<float>(scale);
   p.out = out.data_ptr();
   switch (q.scalar_type()) {
