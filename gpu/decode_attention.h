@@ -1,6 +1,7 @@
 // Attention of one new token per sequence row over a KV cache's slots (the decode step), split
-// over the slots (flash-decoding): about four blocks per SM walk interleaved tiles of 16 KiB of
-// keys (64 slots at bf16, d = 128) with an online softmax, each issuing the next tile's copies
+// over the slots (flash-decoding): one wave of blocks (as many as the SMs hold) walk balanced runs
+// of the slots in use in tiles of 16 KiB of keys (64 slots at bf16, d = 128) with an online
+// softmax, each issuing the next tile's copies
 // while it computes on this one, and each write a partial (max, sum, weighted values); a second
 // kernel combines them. Slots past a row's newest one are not read,
 // so a cache recorded with room to grow (a CUDA graph's capacity) costs only what it holds; the
