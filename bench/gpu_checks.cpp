@@ -1632,6 +1632,75 @@ nlohmann::json check_decode_attention(bool& ok) {
   }
   out["graph_replays"] = replays_out;
 
+  // Right after rope_kv_write, launched dependent on it (after_kv_write, as the recorded decode
+  // step runs it), in a CUDA graph replayed with new q, k and v each time: the attention must see
+  // each row's newest slot as that replay wrote it (the rest of its first tile is copied before
+  // the write is done). k and v are large so that the newest slot moves the output: a stale row
+  // would not pass.
+  nlohmann::json after_out = nlohmann::json::array();
+  for (const Case& c :
+       {Case{at::kBFloat16, 128, 3, 700, 0, false, 8}, Case{at::kHalf, 64, 4, 20000, 0, true, 2}}) {
+    at::manual_seed(c.d * 29 + c.slots);
+    const int64_t rows = 2, hkv = c.hkv, hq = hkv * c.g;
+    const auto on = at::TensorOptions().device(cuda);
+    at::Tensor q_in = at::randn({rows, hq, c.d}, on).to(c.dtype);
+    at::Tensor k_in = at::randn({rows, hkv, c.d}, on).to(c.dtype);
+    at::Tensor v_in = at::randn({rows, hkv, c.d}, on).to(c.dtype);
+    at::Tensor keys = at::randn({rows, hkv, c.slots, c.d}, on).to(c.dtype);
+    at::Tensor values = at::randn({rows, hkv, c.slots, c.d}, on).to(c.dtype);
+    const at::Tensor kpos = at::arange(c.slots, on.dtype(at::kLong)).unsqueeze(0).repeat({rows, 1});
+    const at::Tensor last =
+        at::tensor(std::vector<int64_t>{c.slots / 3, c.slots - 1}, at::kLong).to(cuda);
+    const at::Tensor pos = last.clone();
+    const at::Tensor angle = at::rand({c.d / 2}, on) * 30;
+    const at::Tensor cos = at::cat({angle, angle}).cos().to(c.dtype);
+    const at::Tensor sin = at::cat({angle, angle}).sin().to(c.dtype);
+    at::Tensor valid;
+    if (c.valid) valid = at::rand({rows, hkv, c.slots}, on).gt(0.2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.d));
+    at::Tensor q_rot = at::empty({rows, hq, c.d}, on.dtype(c.dtype));
+    at::Tensor got;
+    gpu::DeviceGraph graph(cuda);
+    graph.capture([&] {
+      for (int64_t b = 0; b < rows; ++b) {
+        at::Tensor q_out = q_rot[b], key_rows = keys[b], value_rows = values[b];
+        gpu::rope_kv_write(q_in[b], k_in[b], v_in[b], cos, sin, last.narrow(0, b, 1), q_out,
+                           key_rows, value_rows);
+      }
+      got = gpu::decode_attention(q_rot, keys, values, kpos, valid, pos, last, 0, scale,
+                                  /*after_kv_write=*/true);
+    });
+    double worst = 0.0;
+    for (int replay = 0; replay < 3; ++replay) {
+      q_in.copy_(at::randn({rows, hq, c.d}, on) * 2);
+      k_in.copy_(at::randn({rows, hkv, c.d}, on) * 8);
+      v_in.copy_(at::randn({rows, hkv, c.d}, on) * 8);
+      graph.replay();
+      const at::Tensor ref =
+          gpu::decode_attention_reference(q_rot, keys, values, kpos, valid, pos, last, 0, scale);
+      const double err = ((got.to(at::kFloat) - ref.to(at::kFloat)).abs().max() /
+                          ref.to(at::kFloat).abs().max().clamp_min(1.0))
+                             .item<double>();
+      worst = std::isfinite(err) ? std::max(worst, err) : INFINITY;
+    }
+    const bool pass = worst <= 1e-2;
+    ok = ok && pass;
+    std::fprintf(stderr,
+                 "%s decode_attention after rope_kv_write (dependent launch) in a CUDA graph, 3 "
+                 "replays, %s d=%ld g=%ld hkv=%ld slots=%ld: %.3g of the largest output\n",
+                 pass ? "PASS" : "FAIL", c10::toString(c.dtype), long(c.d), long(c.g), long(c.hkv),
+                 long(c.slots), worst);
+    after_out.push_back({{"dtype", c10::toString(c.dtype)},
+                         {"head_dim", c.d},
+                         {"group", c.g},
+                         {"kv_heads", c.hkv},
+                         {"slots", c.slots},
+                         {"replays", 3},
+                         {"max_error_of_largest_output", worst},
+                         {"tolerance", 1e-2}});
+  }
+  out["after_kv_write"] = after_out;
+
   nlohmann::json speed = nlohmann::json::array();
   const int64_t layers = 28, hkv = 8, g = 3, d = 128;
   for (int64_t used : {10240, 32768, 90000}) {
