@@ -90,13 +90,13 @@ bool decode_attention_kernel_fits(const at::Tensor& q, const at::Tensor& keys,
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                             const at::Tensor& key_positions, const at::Tensor& key_valid,
                             const at::Tensor& positions, const at::Tensor& last_slots,
-                            int64_t window, double scale, bool after_kv_write) {
+                            int64_t window, double scale) {
   check_shapes(q, keys, values, key_positions, key_valid, positions, last_slots);
 #ifdef ENGRAM_WITH_CUDA
   if (positions.is_cuda() && last_slots.is_cuda() &&
       decode_attention_kernel_fits(q, keys, values, key_positions, key_valid)) {
     return decode_attention_cuda(q, keys, values, key_positions, key_valid, positions, last_slots,
-                                 window, scale, after_kv_write);
+                                 window, scale);
   }
 #endif
   return decode_attention_reference(q, keys, values, key_positions, key_valid, positions,

@@ -32,7 +32,6 @@ struct Params {
   int hkv, g, splits;
   bool interleaved;  // the peer: split s takes tiles s, s + splits, ...
                      // (ENGRAM_DECODE_ATTENTION_INTERLEAVED)
-  bool early;        // launched dependent on a kernel that wrote only each row's newest slot
   int64_t slots, window;
   float scale;
   float* part_acc;  // [R·Hkv, splits, g, d]: Σ exp(s - m) · v over the block's slots
@@ -150,41 +149,14 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     s_l[threadIdx.x] = 0.f;
     s_scale[threadIdx.x] = 0.f;
   }
+  // The first tile's copies go out before anything else (two groups: keys, then values).
   int64_t start = first;
-  if (p.early) {
-    // Launched dependent on rope_kv_write, which writes each row's newest slot and q: every other
-    // row of the first tile is copied while that kernel (and the projection before it) still
-    // runs, the newest row and q once it is done. One group (keys and values), then an empty
-    // one, so that the loop's group counts hold.
-    const auto copy_rows = [&](T* tile, const T* base, bool newest_row) {
-      const int n = tile_slots(start);
-      for (int i = threadIdx.x; i < n * PIECES; i += kThreads) {
-        if ((start + i / PIECES == newest) == newest_row)
-          copy16_async(tile + i * VEC, base + start * D + i * VEC);
-      }
-    };
-    if (start < limit) {
-      copy_rows(k_tile, k_head, false);
-      copy_rows(v_tile, v_head, false);
-    }
-    if (start < limit && threadIdx.x < tile_slots(start))
-      s_seen_buf[threadIdx.x] = seen_of(load_flags(start));
-    wait_for_previous();
-    if (start < limit && start <= newest && newest < start + C) {
-      copy_rows(k_tile, k_head, true);
-      copy_rows(v_tile, v_head, true);
-    }
-    async_commit();
-    async_commit();
-  } else {
-    // The first tile's copies go out before anything else (two groups: keys, then values).
-    if (start < limit) copy_tile(k_tile, k_head, start);
-    async_commit();
-    if (start < limit) copy_tile(v_tile, v_head, start);
-    async_commit();
-    if (start < limit && threadIdx.x < tile_slots(start))
-      s_seen_buf[threadIdx.x] = seen_of(load_flags(start));
-  }
+  if (start < limit) copy_tile(k_tile, k_head, start);
+  async_commit();
+  if (start < limit) copy_tile(v_tile, v_head, start);
+  async_commit();
+  if (start < limit && threadIdx.x < tile_slots(start))
+    s_seen_buf[threadIdx.x] = seen_of(load_flags(start));
   float qr[G][VEC];
   const T* qp =
       static_cast<const T*>(p.q) + row * p.q_row + static_cast<int64_t>(head) * g * p.q_head;
@@ -474,14 +446,9 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  const dim3 grid(p.splits, static_cast<unsigned>(rh));
-  if (p.early) {
-    C10_CUDA_CHECK(launch_dependent(decode_partial_kernel<T, D, G>, grid, dim3(kThreads),
-                                    partial_smem_bytes<T, D, G>(), stream, p));
-  } else {
-    decode_partial_kernel<T, D, G><<<grid, kThreads, partial_smem_bytes<T, D, G>(), stream>>>(p);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
+  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rh)), kThreads,
+                                   partial_smem_bytes<T, D, G>(), stream>>>(p);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
   C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
                                   dim3(static_cast<unsigned>(rh * p.g)), dim3(kCombineThreads),
                                   p.splits * sizeof(float), stream, p));
@@ -518,8 +485,7 @@ void launch_d(const Params& p, int64_t rows, int64_t d, const at::TensorOptions&
 at::Tensor decode_attention_cuda(const at::Tensor& q_in, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& key_positions,
                                  const at::Tensor& key_valid, const at::Tensor& positions,
-                                 const at::Tensor& last_slots, int64_t window, double scale,
-                                 bool after_kv_write) {
+                                 const at::Tensor& last_slots, int64_t window, double scale) {
   const at::Tensor q = q_in.contiguous();
   const at::Tensor pos = positions.reshape({-1}).contiguous();
   const at::Tensor last = last_slots.reshape({-1}).contiguous();
@@ -555,9 +521,6 @@ at::Tensor decode_attention_cuda(const at::Tensor& q_in, const at::Tensor& keys,
   p.slots = slots;
   p.window = window;
   p.interleaved = env_flag("ENGRAM_DECODE_ATTENTION_INTERLEAVED");
-  // Only when q_in.contiguous() copied nothing (a copy would sit between the two kernels).
-  p.early = after_kv_write && q.data_ptr() == q_in.data_ptr() &&
-            !env_flag("ENGRAM_DECODE_ATTENTION_PLAIN_LAUNCH");
   p.scale = static_cast<float>(scale);
   p.out = out.data_ptr();
   switch (q.scalar_type()) {

@@ -18,12 +18,6 @@
 // and its slot is valid; an unseen slot weighs nothing whatever it holds. Scores and the softmax
 // are f32; the output is rounded once to q's dtype. A row that sees no key gets zeros.
 // Returns [R, Hq, d].
-//
-// after_kv_write: the kernel just before on the stream is gpu::rope_kv_write (or another that
-// writes only q and each row's newest slot of what this reads): the kernel then starts while it
-// runs (programmatic dependent launch) and copies every other slot of its first tile ahead. Only
-// the recorded decode step passes it; ENGRAM_DECODE_ATTENTION_PLAIN_LAUNCH=1 turns it off (the
-// peer).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -35,7 +29,7 @@ namespace engram::gpu {
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                             const at::Tensor& key_positions, const at::Tensor& key_valid,
                             const at::Tensor& positions, const at::Tensor& last_slots,
-                            int64_t window, double scale, bool after_kv_write = false);
+                            int64_t window, double scale);
 
 // The CPU reference body (any device, torch ops); decode_attention dispatches to it off CUDA and
 // for shapes the kernel does not take (decode_attention_kernel_fits).
@@ -54,8 +48,7 @@ bool decode_attention_kernel_fits(const at::Tensor& q, const at::Tensor& keys,
 at::Tensor decode_attention_cuda(const at::Tensor& q, const at::Tensor& keys,
                                  const at::Tensor& values, const at::Tensor& key_positions,
                                  const at::Tensor& key_valid, const at::Tensor& positions,
-                                 const at::Tensor& last_slots, int64_t window, double scale,
-                                 bool after_kv_write);
+                                 const at::Tensor& last_slots, int64_t window, double scale);
 #endif
 
 }  // namespace engram::gpu

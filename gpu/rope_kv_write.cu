@@ -1,4 +1,3 @@
-#include "gpu/dependent_launch.cuh"
 #include "gpu/float_convert.cuh"
 #include "gpu/rope_kv_write.h"
 
@@ -25,10 +24,6 @@ template <typename T>
 __global__ void rope_kv_write_kernel(const T* q, const T* k, const T* v, const T* cos, const T* sin,
                                      const int64_t* slot, T* q_out, T* key_cache, T* value_cache,
                                      int64_t hq, int64_t hkv, int64_t d, int64_t capacity) {
-  // Launched dependent on the projection that wrote q, k and v (gpu/dependent_launch.cuh): it
-  // lets the decode attention after it start (which waits for these writes), and waits itself.
-  allow_dependents();
-  wait_for_previous();
   const int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (idx >= (hq + 2 * hkv) * d) return;
   const int64_t row = idx / d, j = idx % d, half = d / 2;
@@ -54,12 +49,13 @@ void launch(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const
   const int64_t work = (hq + 2 * hkv) * d;
   const int threads = 256;
   const int64_t blocks = (work + threads - 1) / threads;
-  const auto in = [](const at::Tensor& t) { return reinterpret_cast<const T*>(t.data_ptr()); };
-  const auto out = [](at::Tensor& t) { return reinterpret_cast<T*>(t.data_ptr()); };
-  C10_CUDA_CHECK(launch_dependent(rope_kv_write_kernel<T>, dim3(static_cast<unsigned>(blocks)),
-                                  dim3(threads), 0, at::cuda::getCurrentCUDAStream(), in(q), in(k),
-                                  in(v), in(cos), in(sin), slot.data_ptr<int64_t>(), out(q_out),
-                                  out(key_cache), out(value_cache), hq, hkv, d, capacity));
+  rope_kv_write_kernel<T><<<blocks, threads, 0, at::cuda::getCurrentCUDAStream()>>>(
+      reinterpret_cast<const T*>(q.data_ptr()), reinterpret_cast<const T*>(k.data_ptr()),
+      reinterpret_cast<const T*>(v.data_ptr()), reinterpret_cast<const T*>(cos.data_ptr()),
+      reinterpret_cast<const T*>(sin.data_ptr()), slot.data_ptr<int64_t>(),
+      reinterpret_cast<T*>(q_out.data_ptr()), reinterpret_cast<T*>(key_cache.data_ptr()),
+      reinterpret_cast<T*>(value_cache.data_ptr()), hq, hkv, d, capacity);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace

@@ -220,11 +220,8 @@ void StaticDecodeStep::run() {
                              scale)
             .view({rows, hq, 1, hd});
       }
-      // Right after the rope_kv_write above, which writes only q_rot and each row's newest slot:
-      // the attention may start during it (after_kv_write).
       return gpu::decode_attention(q_rot, keys_[li], values_[li], key_positions_, key_valid_[li],
-                                   row_positions, last_slots, window, scale,
-                                   /*after_kv_write=*/true)
+                                   row_positions, last_slots, window, scale)
           .view({rows, hq, 1, hd});
     });
   }
