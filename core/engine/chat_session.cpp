@@ -58,6 +58,7 @@ ChatSession::ChatSession(LoadedModel& model, std::string system_prompt, PolicyCh
 void ChatSession::set_history(std::vector<ChatMessage> messages) {
   messages_ = std::move(messages);
   render_memo_.clear();
+  rendered_ = false;
 }
 
 void ChatSession::keep_for_store(bool keep) {
@@ -114,8 +115,7 @@ int64_t ChatSession::prefill_history(int64_t chunk, const PrefillControl& contro
   // Episodes are built between turns or when a turn is routed to them (the first reply builds
   // what it needs).
   if (router_ && router_->clustered()) return 0;
-  const std::vector<int32_t> rendered = model_.chat_template->encode(
-      *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
+  const std::vector<int32_t>& rendered = rendered_history();
   // Past the budget the conversation is clustered before its next turn, which drops the single
   // cache: filling it would be wasted (minutes at a 20K history on a CPU).
   if (router_ && static_cast<int64_t>(rendered.size()) > policy_->budget()) return 0;
@@ -367,6 +367,20 @@ TextsEmbedder ChatSession::embedder(const TurnProgressFn& on_progress) const {
   };
 }
 
+const std::vector<int32_t>& ChatSession::rendered_history() {
+  const auto same = [](const ChatMessage& a, const ChatMessage& b) {
+    return a.role == b.role && a.content == b.content;
+  };
+  if (!rendered_ || !std::equal(messages_.begin(), messages_.end(), rendered_messages_.begin(),
+                                rendered_messages_.end(), same)) {
+    rendered_ids_ = model_.chat_template->encode(*model_.tokenizer, messages_,
+                                                 /*add_generation_prompt=*/false, render_memo_);
+    rendered_messages_ = messages_;
+    rendered_ = true;
+  }
+  return rendered_ids_;
+}
+
 std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
   prepare_timing_ = {};
   if (!router_ || messages_.empty() || messages_.back().role != "assistant") return std::nullopt;
@@ -397,8 +411,7 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     }
     lap(prepare_timing_.refresh_ms);
   }
-  const std::vector<int32_t> rendered = model_.chat_template->encode(
-      *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
+  const std::vector<int32_t>& rendered = rendered_history();
   const std::vector<int64_t> ids(rendered.begin(), rendered.end());
   const auto fed_of = [&](const std::vector<int64_t>& have) {
     const auto n = std::min(have.size(), ids.size());
@@ -491,8 +504,7 @@ std::optional<TurnProgress> ChatSession::settle_active(int64_t conversation_toke
 }
 
 std::optional<TurnProgress> ChatSession::cluster_ahead() {
-  const std::vector<int32_t> rendered = model_.chat_template->encode(
-      *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
+  const std::vector<int32_t>& rendered = rendered_history();
   // Within the budget one cache is exact; the first turn past it clusters (route_turn).
   if (static_cast<int64_t>(rendered.size()) <= policy_->budget()) return std::nullopt;
   // About a block's worth of text embedded a step (~4 characters a token).
@@ -719,8 +731,7 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
       ~SetAside() { messages.push_back(std::move(user)); }
     } aside{messages_, std::move(messages_.back())};
     messages_.pop_back();
-    const auto before_turn = static_cast<int64_t>(
-        tmpl.encode(tok, messages_, /*add_generation_prompt=*/false, render_memo_).size());
+    const auto before_turn = static_cast<int64_t>(rendered_history().size());
     count_fed(reply.route.episode, static_cast<int64_t>(common), ws_->stream_tokens(),
               static_cast<int64_t>(prompt.size()), before_turn);
   }
