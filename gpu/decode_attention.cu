@@ -74,15 +74,15 @@ constexpr size_t partial_smem_bytes() {
 
 // One block per (split, row · KV head); split s takes the s-th of `splits` equal runs of the
 // row's slots up to its newest, read on the device (so the capacity past them costs no block its
-// share, and no block walks a tile more than another: runs of whole tiles left a quarter of the
-// blocks a fourth tile at an episode's 10K slots, and those set the time). A tile's keys and values
-// are copied into shared memory asynchronously (cp.async: every byte in flight at once, none held
-// in registers), and the next tile's copies are issued as soon as this one's buffer is read: its
-// keys once the scores are written, its values once the weighted sum is done, so a block always has
-// a copy in flight behind its arithmetic (no second buffer: four blocks still fit an SM). A key row
-// of d values is read by LPK lanes, 16 bytes each; a warp takes KPW keys at a time. The block keeps
-// an online softmax over its tiles (running max and sum per query, the weighted values rescaled
-// when the max grows), as flash-decoding does.
+// share, and the runs differ by a slot at most: whole tiles dealt out in turn left a fifth
+// of the blocks a fourth tile at an episode's 10K slots, and those set the time). A tile's keys and
+// values are copied into shared memory asynchronously (cp.async: every byte in flight at once, none
+// held in registers), and the next tile's copies are issued as soon as this one's buffer is read:
+// its keys once the scores are written, its values once the weighted sum is done, so a block always
+// has a copy in flight behind its arithmetic (no second buffer: four or five blocks still fit an
+// SM). A key row of d values is read by LPK lanes, 16 bytes each; a warp takes KPW keys at a time.
+// The block keeps an online softmax over its tiles (running max and sum per query, the weighted
+// values rescaled when the max grows), as flash-decoding does.
 template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
