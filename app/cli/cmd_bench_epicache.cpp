@@ -300,10 +300,10 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
     ChatSession::PrepareTiming sum;
     double steps_ms = 0, device_tail_ms = 0;
     json to_json() const {
-      return {{"render_ms", sum.render_ms},      {"refresh_ms", sum.refresh_ms},
-              {"switch_ms", sum.switch_ms},      {"prefill_enqueue_ms", sum.prefill_ms},
-              {"index_ms", sum.index_ms},        {"steps_host_ms", steps_ms},
-              {"device_tail_ms", device_tail_ms}};
+      return {{"render_ms", sum.render_ms}, {"refresh_ms", sum.refresh_ms},
+              {"switch_ms", sum.switch_ms}, {"prefill_enqueue_ms", sum.prefill_ms},
+              {"index_ms", sum.index_ms},   {"settle_ms", sum.settle_ms},
+              {"steps_host_ms", steps_ms},  {"device_tail_ms", device_tail_ms}};
     }
   };
   const auto prepare_waiting = [&](int64_t& steps, PrepareHost& host, bool traced) {
@@ -321,6 +321,7 @@ json run_epicache(LoadedModel& model, const std::vector<ChatMessage>& history,
       host.sum.switch_ms += t.switch_ms;
       host.sum.prefill_ms += t.prefill_ms;
       host.sum.index_ms += t.index_ms;
+      host.sum.settle_ms += t.settle_ms;
       if (!step) break;
       ++steps;
       if (step->episode >= 0) active = step->episode;

@@ -451,7 +451,12 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     // compacted KV and rebuild the episode from the text).
     pick = active_episode_;
   }
-  if (pick < 0) return synced ? settle_active(static_cast<int64_t>(ids.size())) : std::nullopt;
+  if (pick < 0) {
+    if (!synced) return std::nullopt;
+    auto settled = settle_active(static_cast<int64_t>(ids.size()));
+    lap(prepare_timing_.settle_ms);
+    return settled;
+  }
   switch_episode(pick);
   const size_t common = sync_prefix(ids, 0, nullptr);
   lap(prepare_timing_.switch_ms);

@@ -154,9 +154,11 @@ class ChatSession {
   std::optional<TurnProgress> prepare_waiting_episode();
   // Where the last prepare_waiting_episode() spent its host time (bench epicache): rendering
   // and comparing the conversation, a re-clustering, the switch of working sets, the prefill's
-  // enqueue (the device may still be running it when the call returns), embedding windows.
+  // enqueue (the device may still be running it when the call returns), embedding windows, and
+  // settling the active episode (its shrink to the budget and its write to the pool).
   struct PrepareTiming {
-    double render_ms = 0, refresh_ms = 0, switch_ms = 0, prefill_ms = 0, index_ms = 0;
+    double render_ms = 0, refresh_ms = 0, switch_ms = 0, prefill_ms = 0, index_ms = 0,
+           settle_ms = 0;
   };
   const PrepareTiming& last_prepare_timing() const { return prepare_timing_; }
   // The episodes panel's view of a routed turn (core/policies/episode_trace.h): windows, episodes
