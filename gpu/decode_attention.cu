@@ -458,7 +458,8 @@ template <typename T, int D>
 void launch_g(const Params& p, int64_t rows, const at::TensorOptions& f32) {
   // A group of three (llama3.2-3b) in registers for three queries, not four: fewer registers a
   // thread, more blocks an SM.
-  if (p.g <= 3 && !env_flag("ENGRAM_DECODE_ATTENTION_G4")) {
+  static const bool g4 = env_flag("ENGRAM_DECODE_ATTENTION_G4");
+  if (p.g <= 3 && !g4) {
     launch<T, D, 3>(p, rows, f32);
   } else if (p.g <= 4) {
     launch<T, D, 4>(p, rows, f32);
@@ -520,7 +521,8 @@ at::Tensor decode_attention_cuda(const at::Tensor& q_in, const at::Tensor& keys,
   p.last_slots = last.data_ptr<int64_t>();
   p.slots = slots;
   p.window = window;
-  p.interleaved = env_flag("ENGRAM_DECODE_ATTENTION_INTERLEAVED");
+  static const bool interleaved = env_flag("ENGRAM_DECODE_ATTENTION_INTERLEAVED");
+  p.interleaved = interleaved;
   p.scale = static_cast<float>(scale);
   p.out = out.data_ptr();
   switch (q.scalar_type()) {

@@ -115,11 +115,10 @@ int64_t ChatSession::prefill_history(int64_t chunk, const PrefillControl& contro
   // Episodes are built between turns or when a turn is routed to them (the first reply builds
   // what it needs).
   if (router_ && router_->clustered()) return 0;
-  const std::vector<int32_t>& rendered = rendered_history();
+  const std::vector<int64_t>& ids = rendered_history();
   // Past the budget the conversation is clustered before its next turn, which drops the single
   // cache: filling it would be wasted (minutes at a 20K history on a CPU).
-  if (router_ && static_cast<int64_t>(rendered.size()) > policy_->budget()) return 0;
-  const std::vector<int64_t> ids(rendered.begin(), rendered.end());
+  if (router_ && static_cast<int64_t>(ids.size()) > policy_->budget()) return 0;
   if (policy_->budget() == 0 &&
       static_cast<int64_t>(ids.size()) + 1 > model_.config.max_positions) {
     throw std::out_of_range("the history has " + std::to_string(ids.size()) +
@@ -367,14 +366,15 @@ TextsEmbedder ChatSession::embedder(const TurnProgressFn& on_progress) const {
   };
 }
 
-const std::vector<int32_t>& ChatSession::rendered_history() {
+const std::vector<int64_t>& ChatSession::rendered_history() {
   const auto same = [](const ChatMessage& a, const ChatMessage& b) {
     return a.role == b.role && a.content == b.content;
   };
   if (!rendered_ || !std::equal(messages_.begin(), messages_.end(), rendered_messages_.begin(),
                                 rendered_messages_.end(), same)) {
-    rendered_ids_ = model_.chat_template->encode(*model_.tokenizer, messages_,
-                                                 /*add_generation_prompt=*/false, render_memo_);
+    const std::vector<int32_t> rendered = model_.chat_template->encode(
+        *model_.tokenizer, messages_, /*add_generation_prompt=*/false, render_memo_);
+    rendered_ids_.assign(rendered.begin(), rendered.end());
     rendered_messages_ = messages_;
     rendered_ = true;
   }
@@ -411,8 +411,7 @@ std::optional<TurnProgress> ChatSession::prepare_waiting_episode() {
     }
     lap(prepare_timing_.refresh_ms);
   }
-  const std::vector<int32_t>& rendered = rendered_history();
-  const std::vector<int64_t> ids(rendered.begin(), rendered.end());
+  const std::vector<int64_t>& ids = rendered_history();
   const auto fed_of = [&](const std::vector<int64_t>& have) {
     const auto n = std::min(have.size(), ids.size());
     return static_cast<int64_t>(std::mismatch(have.begin(), have.begin() + n, ids.begin()).first -
@@ -509,9 +508,8 @@ std::optional<TurnProgress> ChatSession::settle_active(int64_t conversation_toke
 }
 
 std::optional<TurnProgress> ChatSession::cluster_ahead() {
-  const std::vector<int32_t>& rendered = rendered_history();
   // Within the budget one cache is exact; the first turn past it clusters (route_turn).
-  if (static_cast<int64_t>(rendered.size()) <= policy_->budget()) return std::nullopt;
+  if (static_cast<int64_t>(rendered_history().size()) <= policy_->budget()) return std::nullopt;
   // About a block's worth of text embedded a step (~4 characters a token).
   const EpisodeRouter::Indexed indexed = router_->index(
       utterance_lines(messages_.size()), embedder({}), static_cast<size_t>(block_) * 4);

@@ -216,7 +216,7 @@ class ChatSession {
   std::optional<TurnProgress> cluster_ahead();
   // The messages' ids without a generation prompt (rendered_ids_, rendered again when they
   // changed).
-  const std::vector<int32_t>& rendered_history();
+  const std::vector<int64_t>& rendered_history();
   // prepare_waiting_episode() with nothing to build or catch up: the active episode shrunk to its
   // budget when it holds half a block more, and written to the pool when its next switch would
   // write more than a block (after a plan); else nullopt.
@@ -260,7 +260,7 @@ class ChatSession {
   // 90-125K tokens on the GPU machines' hosts, the device idle meanwhile), though the messages
   // change only at a turn. Compared whole (~0.1 ms), so no edit can leave them stale.
   std::vector<ChatMessage> rendered_messages_;
-  std::vector<int32_t> rendered_ids_;
+  std::vector<int64_t> rendered_ids_;  // as the stream holds them
   bool rendered_ = false;
   std::vector<int64_t> cached_ids_;  // the stream
   std::unique_ptr<EpisodeRouter> router_;
