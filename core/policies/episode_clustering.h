@@ -39,10 +39,11 @@ struct ClusteringOptions {
   int32_t restarts = 8;  // k-means++ seedings; the lowest inertia wins
   int32_t iterations = 100;
   uint64_t seed = 0x5eed;
+  int32_t threads = 0;  // restarts run at once; 0: the hardware's threads. The result is the same
 };
 
 // k-means over `embeddings` (normalised here; every one the same dimension). Deterministic for
-// a given seed. Episodes that end up empty are dropped, so E <= the number of distinct windows.
+// a given seed, whatever the threads. Episodes that end up empty are dropped, so E <= the number of distinct windows.
 EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
                                    const ClusteringOptions& options = {});
 
