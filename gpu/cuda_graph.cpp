@@ -48,7 +48,9 @@ void DeviceGraph::capture(std::function<void()> work) {
       work();
       side.synchronize();
       auto graph = std::make_unique<at::cuda::CUDAGraph>();
-      graph->capture_begin();
+      // Thread-local: a CUDA call another thread makes meanwhile (a pool being page-locked, a
+      // side worker's copy) neither fails nor invalidates this capture.
+      graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
       try {
         work();
       } catch (...) {

@@ -94,16 +94,17 @@ int run_bench(int argc, char** argv) {
                                          : tokens + (mode == "decode" ? decode_tokens : 0),
                     decoder.dtype(), decoder.device(), c.max_positions);
     const auto run_policy = policy->clone();
+    // --profile PATH: a Kineto trace of the last run, its prefill and (decode) every decode step's
+    // kernels, replayed graphs too (that run's time is then not clean).
+    std::unique_ptr<TorchProfile> profile;
+    if (last && args.has("profile"))
+      profile = std::make_unique<TorchProfile>(args.str("profile", ""));
     if (mode == "prefill") {
       gpu::DeviceTimeline timeline(decoder.device());
       std::unique_ptr<TraceRecorder> trace;
       if (last && trace_file) {
         trace = std::make_unique<TraceRecorder>(timeline, trace_file.get(), next_request_id());
       }
-      // --profile PATH: a Kineto trace of the last run's prefill (its time is then not clean).
-      std::unique_ptr<TorchProfile> profile;
-      if (last && args.has("profile"))
-        profile = std::make_unique<TorchProfile>(args.str("profile", ""));
       gpu::synchronize(decoder.device());
       const auto t0 = std::chrono::steady_clock::now();
       const at::Tensor logits =
@@ -124,6 +125,7 @@ int run_bench(int argc, char** argv) {
       options.recorded_step = !args.has("per-layer");
       options.measure_decode_memory = true;
       const GenerationResult r = generate(decoder, *run_policy, ws, {}, prompt, options, {});
+      profile.reset();
       peak_kv = r.peak_kv_tokens;
       retrieval = r.retrieval;
       last_decode_ms = r.decode_ms;

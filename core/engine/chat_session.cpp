@@ -196,15 +196,39 @@ void ChatSession::set_episode_patch(int32_t episode, const std::string& patch_so
   static_cast<EpiCachePolicy&>(target).set_patch(episode_patch(patch_source));
 }
 
+void ChatSession::episode_kv_ahead() {
+  if (episode_kv_ || episode_kv_ahead_.valid()) return;
+  // Page-locking the pool's slab (4.8 GB on the 3B shape) held the host ~0.7 s at the first
+  // switch while the GPU waited: started when the episodes start, it is ready by the end of the
+  // first build. What it reads is copied here; the engine thread goes on.
+  const KvCache& c = ws_->cache();
+  EpisodeKvPoolOptions options = episode_kv_options_;
+  if (options.pinned_episodes <= 0) options.pinned_episodes = router_->options().episodes;
+  episode_kv_ahead_for_ = c.capacity();
+  episode_kv_ahead_ =
+      std::async(std::launch::async, [shape = c.shape(), dtype = c.dtype(), device = c.device(),
+                                      capacity = c.capacity(), options] {
+        return std::make_unique<EpisodeKvPool>(shape, dtype, device, capacity, options);
+      });
+}
+
 EpisodeKvPool& ChatSession::episode_kv() {
   if (!episode_kv_) {
-    const KvCache& c = ws_->cache();
-    EpisodeKvPoolOptions options = episode_kv_options_;
-    if (options.pinned_episodes <= 0) options.pinned_episodes = router_->options().episodes;
-    episode_kv_ =
-        std::make_unique<EpisodeKvPool>(c.shape(), c.dtype(), c.device(), c.capacity(), options);
+    if (episode_kv_ahead_.valid() && episode_kv_ahead_for_ != ws_->cache().capacity()) {
+      episode_kv_ahead_.wait();
+      episode_kv_ahead_ = {};  // sized for another working set
+    }
+    episode_kv_ahead();  // none under way: made now
+    // A failure to pin is thrown here, where it was thrown when the pool was made here.
+    episode_kv_ = episode_kv_ahead_.get();
   }
   return *episode_kv_;
+}
+
+void ChatSession::set_episode_kv_options(EpisodeKvPoolOptions options) {
+  if (episode_kv_ahead_.valid()) episode_kv_ahead_.wait();
+  episode_kv_ahead_ = {};  // made with the options before
+  episode_kv_options_ = std::move(options);
 }
 
 EpisodeKvPool* ChatSession::checkpoint_episode_kv() {
@@ -254,6 +278,7 @@ void ChatSession::start_episodes() {
   episode_caches_.clear();
   if (episode_kv_) episode_kv_->clear();
   active_episode_ = -1;
+  episode_kv_ahead();
 }
 
 void ChatSession::add_unbuilt_episodes(size_t known) {
@@ -652,6 +677,9 @@ ChatReply ChatSession::generate_reply(const GenerationOptions& options,
     reply.route = route_turn(static_cast<int64_t>(prompt.size()), on_progress);
     reply.episodes = static_cast<int64_t>(router_->episodes().size());
   }
+  // The pool still being pinned (episodes started by this turn, on a short history) is waited
+  // for before a decode step may be recorded: no CUDA call of its thread falls in a capture.
+  if (episode_kv_ahead_.valid()) episode_kv_ahead_.wait();
   // An episode whose cache starts empty, or whose build a stopped turn or the work between
   // turns left unfinished, is built by this turn (block prefill of the history).
   const bool building = reply.route.episode >= 0 &&

@@ -43,7 +43,8 @@ struct ClusteringOptions {
 };
 
 // k-means over `embeddings` (normalised here; every one the same dimension). Deterministic for
-// a given seed, whatever the threads. Episodes that end up empty are dropped, so E <= the number of distinct windows.
+// a given seed, whatever the threads. Episodes that end up empty are dropped, so E <= the number of
+// distinct windows.
 EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
                                    const ClusteringOptions& options = {});
 
