@@ -8,7 +8,6 @@
 
 #include "gpu/decode_linear.h"
 #include "gpu/dependent_launch.cuh"
-#include "gpu/env_flag.h"
 #include "gpu/float_convert.cuh"
 #include "gpu/rms_norm_row.cuh"
 #include "gpu/silu_times.cuh"
@@ -18,9 +17,10 @@ namespace {
 
 constexpr int kThreads = kRmsNormThreads;  // the fused norm reduces as gpu::rms_norm
 constexpr int kWarps = kThreads / 32;
-// Bytes of each weight row a warp reads first, prefetched into L2 before the previous kernel
-// ends (the whole rows would be ~25 MB of L2 for the 3B qkv).
-constexpr int64_t kPrefetchBytes = 4096;
+constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
+// Bytes of each warp's first weight row prefetched before the previous kernel ends: its first
+// two rounds of loads (the whole rows would be ~25 MB of L2 for the 3B qkv).
+constexpr int64_t kPrefetchBytes = 2 * 32 * kUnroll * 16;
 
 // Weights are read once: past L1, without allocating in it (the input rows stay there).
 __device__ inline uint4 load_stream(const uint4* p) {
@@ -46,93 +46,82 @@ struct Args {
   float eps;
 };
 
-// acc[w][r] += the lane's share of weight row w · x row r for the 16-byte chunks c, c + 32, ...,
-// c + 32·(N - 1): every chunk of every row loaded before any is used (N·W loads in flight).
-template <typename T, int R, int W, int N, bool kSharedX>
-__device__ inline void dot_chunks(const uint4* const (&wrows)[W], const T* x, int rows, int64_t k,
-                                  int64_t c, float (&acc)[W][R]) {
-  uint4 wv[W][N];
+// acc[r] += the lane's share of W row · x row r: lane l takes the 16-byte chunks l, l + 32, ... of
+// the weight row, kUnroll of them loaded before any is used; x's rows come from shared memory
+// (kSharedX, the normalized copy) or through the read-only cache.
+template <typename T, int R, bool kSharedX>
+__device__ inline void dot_rows(const uint4* wrow, const T* x, int rows, int64_t k, int lane,
+                                float (&acc)[R]) {
+  const int64_t chunks = k / 8;
+  const auto x_chunk = [&](int r, int64_t c) {
+    const uint4* p = reinterpret_cast<const uint4*>(x + r * k) + c;
+    if constexpr (kSharedX) {
+      return *p;
+    } else {
+      return __ldg(p);
+    }
+  };
+  int64_t c = lane;
+  for (; c + 32 * (kUnroll - 1) < chunks; c += 32 * kUnroll) {
+    uint4 wv[kUnroll];
 #pragma unroll
-  for (int u = 0; u < N; ++u)
+    for (int u = 0; u < kUnroll; ++u)
+      wv[u] = load_stream(wrow + c + 32 * u);
 #pragma unroll
-    for (int w = 0; w < W; ++w)
-      wv[w][u] = load_stream(wrows[w] + c + 32 * u);
+    for (int u = 0; u < kUnroll; ++u) {
+      float wf[8];
+      widen8(wv[u], x, wf);
 #pragma unroll
-  for (int u = 0; u < N; ++u) {
+      for (int r = 0; r < R; ++r) {
+        if (r >= rows) break;
+        float xf[8];
+        widen8(x_chunk(r, c + 32 * u), x, xf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          acc[r] = fmaf(wf[e], xf[e], acc[r]);
+      }
+    }
+  }
+  for (; c < chunks; c += 32) {
+    float wf[8];
+    widen8(load_stream(wrow + c), x, wf);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r >= rows) break;
-      const uint4* p = reinterpret_cast<const uint4*>(x + r * k) + c + 32 * u;
-      uint4 xv;
-      if constexpr (kSharedX) {
-        xv = *p;
-      } else {
-        xv = __ldg(p);
-      }
       float xf[8];
-      widen8(xv, x, xf);
+      widen8(x_chunk(r, c), x, xf);
 #pragma unroll
-      for (int w = 0; w < W; ++w) {
-        float wf[8];
-        widen8(wv[w][u], x, wf);
-#pragma unroll
-        for (int e = 0; e < 8; ++e)
-          acc[w][r] = fmaf(wf[e], xf[e], acc[w][r]);
-      }
+      for (int e = 0; e < 8; ++e)
+        acc[r] = fmaf(wf[e], xf[e], acc[r]);
     }
   }
-}
-
-// acc[w][r] = W weight rows · x row r: lane l takes the 16-byte chunks l, l + 32, ... of each row
-// in ascending order, U of them a round (then rounds of 4, then single chunks), so the sums are
-// the same whatever U and W; then the warp's lanes are added. W = 2 reads a GLU's gate and up rows
-// in the same rounds; U = 8 halves the rounds of a 3,072-wide row (each a memory latency).
-template <typename T, int R, int W, int U, bool kSharedX>
-__device__ inline void dot_rows(const uint4* const (&wrows)[W], const T* x, int rows, int64_t k,
-                                int lane, float (&acc)[W][R]) {
-  const int64_t chunks = k / 8;
-  int64_t c = lane;
-  for (; c + 32 * (U - 1) < chunks; c += 32 * U)
-    dot_chunks<T, R, W, U, kSharedX>(wrows, x, rows, k, c, acc);
-  if constexpr (U > 4) {
-    for (; c + 32 * 3 < chunks; c += 32 * 4)
-      dot_chunks<T, R, W, 4, kSharedX>(wrows, x, rows, k, c, acc);
-  }
-  for (; c < chunks; c += 32)
-    dot_chunks<T, R, W, 1, kSharedX>(wrows, x, rows, k, c, acc);
 #pragma unroll
-  for (int w = 0; w < W; ++w) {
+  for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2)
-        acc[w][r] += __shfl_xor_sync(0xffffffffu, acc[w][r], off);
-    }
+    for (int off = 16; off > 0; off /= 2)
+      acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
   }
 }
 
 // One warp per output feature (grid-stride), the R input rows' products in f32 registers. kNorm:
 // every block first writes the rows' RMSNorm to shared memory (the reduction of gpu::rms_norm's
 // kernel, so the same bits). With glu_inter the warp takes the gate row and the up row of its
-// feature (in the same rounds of loads; kPaired false: one after the other, the peer) and stores
-// silu(gate)·up; a residual is added last, each step rounded where the separate ops round.
-template <typename T, int R, bool kNorm, int U, bool kPaired>
+// feature and stores silu(gate)·up; a residual is added last, each step rounded where the separate
+// ops round.
+template <typename T, int R, bool kNorm>
 __global__ void __launch_bounds__(kThreads) decode_linear_kernel(Args<T> a) {
   extern __shared__ uint4 normed_x[];
   const int lane = threadIdx.x % 32;
-  // Launched dependent (gpu/dependent_launch.cuh): the start of the warp's first weight rows is
+  // Launched dependent (gpu/dependent_launch.cuh): the start of the warp's first weight row is
   // fetched into L2 while the kernel before still runs; x, the residual and y wait for it.
   allow_dependents();
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (first < a.outputs) {
+    const char* row = reinterpret_cast<const char*>(a.w + first * a.k);
     const int64_t row_bytes = a.k * static_cast<int64_t>(sizeof(T));
     const int64_t bytes = row_bytes < kPrefetchBytes ? row_bytes : kPrefetchBytes;
-    const int prefetched_rows = a.glu_inter > 0 && kPaired ? 2 : 1;
-    for (int w = 0; w < prefetched_rows; ++w) {
-      const char* row = reinterpret_cast<const char*>(a.w + (first + w * a.glu_inter) * a.k);
-      for (int64_t byte = lane * 128; byte < bytes; byte += 32 * 128)
-        prefetch_l2(row + byte);
-    }
+    for (int64_t byte = lane * 128; byte < bytes; byte += 32 * 128)
+      prefetch_l2(row + byte);
   }
   wait_for_previous();
   const T* x = a.x;
@@ -147,29 +136,14 @@ __global__ void __launch_bounds__(kThreads) decode_linear_kernel(Args<T> a) {
   for (int64_t out = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; out < a.outputs;
        out += warps) {
     float acc[R], up[R];
-    const auto row = [&](int64_t n) { return reinterpret_cast<const uint4*>(a.w + n * a.k); };
-    if (a.glu_inter > 0 && kPaired) {
-      const uint4* const rows[2] = {row(out), row(out + a.glu_inter)};
-      float sums[2][R] = {};
-      dot_rows<T, R, 2, U, kNorm>(rows, x, a.rows, a.k, lane, sums);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        acc[r] = sums[0][r];
-        up[r] = sums[1][r];
-      }
-    } else {
-      const uint4* const rows[1] = {row(out)};
-      float sums[1][R] = {};
-      dot_rows<T, R, 1, U, kNorm>(rows, x, a.rows, a.k, lane, sums);
-      const uint4* const up_rows[1] = {row(out + a.glu_inter)};
-      float up_sums[1][R] = {};
-      if (a.glu_inter > 0) dot_rows<T, R, 1, U, kNorm>(up_rows, x, a.rows, a.k, lane, up_sums);
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        acc[r] = sums[0][r];
-        up[r] = up_sums[0][r];
-      }
-    }
+    for (int r = 0; r < R; ++r)
+      acc[r] = up[r] = 0.f;
+    dot_rows<T, R, kNorm>(reinterpret_cast<const uint4*>(a.w + out * a.k), x, a.rows, a.k, lane,
+                          acc);
+    if (a.glu_inter > 0)
+      dot_rows<T, R, kNorm>(reinterpret_cast<const uint4*>(a.w + (out + a.glu_inter) * a.k), x,
+                            a.rows, a.k, lane, up);
     if (lane != 0) continue;
     const float b = a.bias ? to_f(a.bias[out]) : 0.f;
     const float b_up = a.bias && a.glu_inter > 0 ? to_f(a.bias[out + a.glu_inter]) : 0.f;
@@ -205,20 +179,13 @@ void launch(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t blocks = std::min<int64_t>((a.outputs + kWarps - 1) / kWarps, sms * 16);
   const auto stream = at::cuda::getCurrentCUDAStream();
-  // ENGRAM_DECODE_LINEAR_ROUNDS4=1: rounds of four chunks and a GLU's rows one after the other
-  // (the kernel before, a peer measured by the same build; the same bits either way).
-  static const bool rounds4 = env_flag("ENGRAM_DECODE_LINEAR_ROUNDS4");
-  constexpr int kU = R <= 2 ? 8 : 4;  // the wider rounds' registers only for one or two rows
-  const size_t shared = f.norm_weight.defined() ? static_cast<size_t>(a.rows * a.k) * sizeof(T) : 0;
-  const auto go = [&](auto kernel) {
-    C10_CUDA_CHECK(launch_dependent(kernel, dim3(blocks), dim3(kThreads), shared, stream, a));
-  };
   if (f.norm_weight.defined()) {
-    rounds4 ? go(decode_linear_kernel<T, R, true, 4, false>)
-            : go(decode_linear_kernel<T, R, true, kU, true>);
+    const size_t shared = static_cast<size_t>(a.rows * a.k) * sizeof(T);
+    C10_CUDA_CHECK(launch_dependent(decode_linear_kernel<T, R, true>, dim3(blocks), dim3(kThreads),
+                                    shared, stream, a));
   } else {
-    rounds4 ? go(decode_linear_kernel<T, R, false, 4, false>)
-            : go(decode_linear_kernel<T, R, false, kU, true>);
+    C10_CUDA_CHECK(launch_dependent(decode_linear_kernel<T, R, false>, dim3(blocks), dim3(kThreads),
+                                    0, stream, a));
   }
 }
 
