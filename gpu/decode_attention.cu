@@ -47,12 +47,11 @@ __device__ inline void load_vec(const T* p, float* o) {  // bf16 / f16: eight at
   widen8(*reinterpret_cast<const uint4*>(p), p, o);
 }
 
-// A block's keys and values take 16 KiB of shared memory each, in NB tiles: with NB = 2 the next
-// tile's copies are in flight while this one is read.
+// Slots per block: a block's keys and values are one 16 KiB tile each in shared memory.
 constexpr int kTileBytes = 16384;
-template <typename T, int D, int NB>
+template <typename T, int D>
 __host__ __device__ constexpr int chunk_slots() {
-  return kTileBytes / NB / (D * static_cast<int>(sizeof(T)));
+  return kTileBytes / (D * static_cast<int>(sizeof(T)));
 }
 
 __device__ inline void copy16_async(void* smem, const void* global) {
@@ -67,9 +66,9 @@ __device__ inline void async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <typename T, int D, int G, int NB>
+template <typename T, int D, int G>
 constexpr size_t partial_smem_bytes() {
-  constexpr int C = chunk_slots<T, D, NB>();
+  constexpr int C = chunk_slots<T, D>();
   return 2 * kTileBytes + (G * C + 3 * G) * sizeof(float) + 2 * C;
 }
 
@@ -78,29 +77,25 @@ constexpr size_t partial_smem_bytes() {
 // share, and the runs differ by a slot at most: whole tiles dealt out in turn left a fifth
 // of the blocks a fourth tile at an episode's 10K slots, and those set the time). A tile's keys and
 // values are copied into shared memory asynchronously (cp.async: every byte in flight at once, none
-// held in registers) into NB buffers of half (NB = 2) or all (NB = 1, the peer) of the block's
-// 2 x 16 KiB: the first NB tiles' copies go out at once, and the tile NB on is copied into a
-// buffer as soon as it is read (its keys once the scores are written, its values once the weighted
-// sum is done). With one buffer a block's next tile was asked for only after this one had arrived
-// and been read, so each tile waited a full memory latency (at an episode's 10K slots, two tiles a
-// block, the kernel took ~21 us for ~10 us of K and V on an H200); with two the next one streams
-// meanwhile, in the same shared memory (four or five blocks still fit an SM). A key row of d values
-// is read by LPK lanes, 16 bytes each; a warp takes KPW keys at a time.
+// held in registers), and the next tile's copies are issued as soon as this one's buffer is read:
+// its keys once the scores are written, its values once the weighted sum is done, so a block always
+// has a copy in flight behind its arithmetic (no second buffer: four or five blocks still fit an
+// SM). A key row of d values is read by LPK lanes, 16 bytes each; a warp takes KPW keys at a time.
 // The block keeps an online softmax over its tiles (running max and sum per query, the weighted
 // values rescaled when the max grows), as flash-decoding does.
-template <typename T, int D, int G, int NB>
+template <typename T, int D, int G>
 __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
   constexpr int VEC = 16 / sizeof(T);
   constexpr int LPK = D / VEC;
   constexpr int KPW = 32 / LPK;
   constexpr int GROUPS = kWarps * KPW;
-  constexpr int C = chunk_slots<T, D, NB>();
+  constexpr int C = chunk_slots<T, D>();
   constexpr int PIECES = D / VEC;  // 16-byte pieces per slot
   static_assert(kWarps * G * D * sizeof(float) <= 2 * kTileBytes, "s_red fits over the tiles");
   static_assert(C <= kThreads, "a tile's slot flags are one per thread");
   extern __shared__ __align__(16) unsigned char smem[];
-  T* k_tiles = reinterpret_cast<T*>(smem);  // [NB][C][D]
-  T* v_tiles = reinterpret_cast<T*>(smem + kTileBytes);
+  T* k_tile = reinterpret_cast<T*>(smem);
+  T* v_tile = reinterpret_cast<T*>(smem + kTileBytes);
   float* s_p = reinterpret_cast<float*>(smem + 2 * kTileBytes);  // [G][C]
   float* s_m = s_p + G * C;                                      // running max per query
   float* s_l = s_m + G;                                          // running sum
@@ -154,17 +149,12 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     s_l[threadIdx.x] = 0.f;
     s_scale[threadIdx.x] = 0.f;
   }
-  // The first NB tiles' copies go out before anything else (two groups a tile: keys, then
-  // values). Every tile commits its two groups, copied or not, so that the count of groups in
-  // flight behind a tile's keys or values is always 2·NB - 1.
+  // The first tile's copies go out before anything else (two groups: keys, then values).
   int64_t start = first;
-  for (int t = 0; t < NB; ++t) {
-    const int64_t at = start + t * stride;
-    if (at < limit) copy_tile(k_tiles + t * C * D, k_head, at);
-    async_commit();
-    if (at < limit) copy_tile(v_tiles + t * C * D, v_head, at);
-    async_commit();
-  }
+  if (start < limit) copy_tile(k_tile, k_head, start);
+  async_commit();
+  if (start < limit) copy_tile(v_tile, v_head, start);
+  async_commit();
   if (start < limit && threadIdx.x < tile_slots(start))
     s_seen_buf[threadIdx.x] = seen_of(load_flags(start));
   float qr[G][VEC];
@@ -190,14 +180,12 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     for (int e = 0; e < VEC; ++e)
       acc[qi][e] = 0.f;
 
-  for (int parity = 0, t = 0; start < limit; start += stride, parity ^= 1, ++t) {
+  for (int parity = 0; start < limit; start += stride, parity ^= 1) {
     const int n = tile_slots(start);
-    const int64_t next = start + stride, ahead = start + NB * stride;
-    T* k_tile = k_tiles + (t % NB) * C * D;
-    T* v_tile = v_tiles + (t % NB) * C * D;
+    const int64_t next = start + stride;
     const bool* s_seen = s_seen_buf + parity * C;
-    // Groups in flight here: this tile's keys, its values, then the next NB - 1 tiles' two each.
-    async_wait<2 * NB - 1>();  // the keys
+    // Groups in flight here: this tile's keys, then its values.
+    async_wait<1>();  // the keys
     __syncthreads();
 
     // Two keys per lane and pass, all G queries at once (rows past g hold zero queries and are
@@ -240,8 +228,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         }
       }
     }
-    __syncthreads();  // the key tile is read: the keys NB tiles on may land in it
-    if (ahead < limit) copy_tile(k_tile, k_head, ahead);
+    __syncthreads();  // the key tile is read: the next tile's keys may land in it
+    if (next < limit) copy_tile(k_tile, k_head, next);
     async_commit();
     const bool next_mine = next < limit && threadIdx.x < tile_slots(next);
     const SlotFlags next_flags = next_mine ? load_flags(next) : SlotFlags{};
@@ -271,8 +259,8 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
         s_m[qi] = m_new;
       }
     }
-    // In flight: this tile's values, the next NB - 1 tiles' two groups, the keys NB tiles on.
-    async_wait<2 * NB - 1>();  // the values
+    // In flight: this tile's values, then the next tile's keys.
+    async_wait<1>();  // the values
     __syncthreads();
 
 #pragma unroll
@@ -298,7 +286,7 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
           acc[qi][e] = fmaf(w[qi], vv[e], acc[qi][e]);
     }
     __syncthreads();  // the value tile, the scores and these flags are read
-    if (ahead < limit) copy_tile(v_tile, v_head, ahead);
+    if (next < limit) copy_tile(v_tile, v_head, next);
     async_commit();
     if (next_mine) s_seen_buf[(parity ^ 1) * C + threadIdx.x] = seen_of(next_flags);
   }
@@ -419,23 +407,23 @@ __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(Params 
 
 // Blocks of the partial kernel one SM holds at once (registers and shared memory; the occupancy
 // calculator, once per instance and device).
-template <typename T, int D, int G, int NB>
+template <typename T, int D, int G>
 int partial_blocks_per_sm() {
   static thread_local int cached_device = -1, cached = 0;
   int device = 0;
   C10_CUDA_CHECK(cudaGetDevice(&device));
   if (device != cached_device) {
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &cached, decode_partial_kernel<T, D, G, NB>, kThreads, partial_smem_bytes<T, D, G, NB>()));
+        &cached, decode_partial_kernel<T, D, G>, kThreads, partial_smem_bytes<T, D, G>()));
     cached = std::max(cached, 1);
     cached_device = device;
   }
   return cached;
 }
 
-template <typename T, int D, int G, int NB>
+template <typename T, int D, int G>
 void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
-  constexpr int C = chunk_slots<T, D, NB>();
+  constexpr int C = chunk_slots<T, D>();
   const int64_t tiles = (p.slots + C - 1) / C;
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t rh = rows * p.hkv;
@@ -448,7 +436,7 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   } else {
     // One wave: as many blocks as the SMs hold at once over all rows and heads, at most one per
     // tile of the capacity (the runs are balanced on the device over the slots in use).
-    const int64_t resident = partial_blocks_per_sm<T, D, G, NB>() * sms;
+    const int64_t resident = partial_blocks_per_sm<T, D, G>() * sms;
     p.splits = static_cast<int>(std::max<int64_t>(1, std::min(tiles, resident / rh)));
   }
   // Freed at return: the caching allocator hands the blocks out again only to work queued after
@@ -458,49 +446,36 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  decode_partial_kernel<T, D, G, NB><<<dim3(p.splits, static_cast<unsigned>(rh)), kThreads,
-                                       partial_smem_bytes<T, D, G, NB>(), stream>>>(p);
+  decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rh)), kThreads,
+                                   partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
                                   dim3(static_cast<unsigned>(rh * p.g)), dim3(kCombineThreads),
                                   p.splits * sizeof(float), stream, p));
 }
 
-template <typename T, int D, int NB>
+template <typename T, int D>
 void launch_g(const Params& p, int64_t rows, const at::TensorOptions& f32) {
   // A group of three (llama3.2-3b) in registers for three queries, not four: fewer registers a
   // thread, more blocks an SM.
   static const bool g4 = env_flag("ENGRAM_DECODE_ATTENTION_G4");
   if (p.g <= 3 && !g4) {
-    launch<T, D, 3, NB>(p, rows, f32);
+    launch<T, D, 3>(p, rows, f32);
   } else if (p.g <= 4) {
-    launch<T, D, 4, NB>(p, rows, f32);
+    launch<T, D, 4>(p, rows, f32);
   } else {
-    launch<T, D, 8, NB>(p, rows, f32);
-  }
-}
-
-template <typename T, int D>
-void launch_nb(const Params& p, int64_t rows, const at::TensorOptions& f32) {
-  // Two tiles of half the slots, the next one's copies in flight while this one is read
-  // (ENGRAM_DECODE_ATTENTION_ONE_TILE=1: one tile, its successor's copies issued once it is read:
-  // the peer, the kernel before).
-  static const bool one_tile = env_flag("ENGRAM_DECODE_ATTENTION_ONE_TILE");
-  if (one_tile) {
-    launch_g<T, D, 1>(p, rows, f32);
-  } else {
-    launch_g<T, D, 2>(p, rows, f32);
+    launch<T, D, 8>(p, rows, f32);
   }
 }
 
 template <typename T>
 void launch_d(const Params& p, int64_t rows, int64_t d, const at::TensorOptions& f32) {
   if (d == 64) {
-    launch_nb<T, 64>(p, rows, f32);
+    launch_g<T, 64>(p, rows, f32);
   } else if (d == 128) {
-    launch_nb<T, 128>(p, rows, f32);
+    launch_g<T, 128>(p, rows, f32);
   } else if constexpr (sizeof(T) == 2) {
-    launch_nb<T, 256>(p, rows, f32);
+    launch_g<T, 256>(p, rows, f32);
   } else {
     throw std::invalid_argument("decode_attention: f32 takes head_dim 64 or 128");
   }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
 namespace engram {
@@ -231,8 +232,13 @@ EpisodeClustering cluster_episodes(const std::vector<Embedding>& embeddings,
       failed = std::current_exception();
     }
   };
-  for (size_t w = 1; w < workers; ++w)
-    helpers.emplace_back(worker);
+  for (size_t w = 1; w < workers; ++w) {
+    try {
+      helpers.emplace_back(worker);
+    } catch (const std::system_error&) {  // no thread to be had: fewer workers
+      break;
+    }
+  }
   worker();  // this thread is one of the workers
   for (std::thread& t : helpers)
     t.join();
