@@ -37,87 +37,7 @@ struct Params {
   float* part_acc;  // [R·Hkv, splits, g, d]: Σ exp(s - m) · v over the block's slots
   float* part_ml;   // [R·Hkv, splits, g, 2]: the block's max score m and Σ exp(s - m)
   void* out;        // [R, Hq, d]
-  int* arrived;     // [R·Hkv], zero: partial blocks done; the last combines (null: the kernel)
 };
-
-// The splits' partial softmaxes of one query head (row · KV head rh, query qi of its group)
-// rescaled to the largest max, by the calling block of THREADS threads. Every load is independent
-// of the others, so they are all in flight at once (the partials sit in L2; read past L1, where a
-// block that did not write them holds nothing of them): first each split's (max, sum) by one
-// thread, then each warp a share of the splits' weighted values, a lane D / 32 contiguous elements
-// of d, summed across warps. Shared memory: s_w [splits], s_red [THREADS / 32], s_acc
-// [THREADS / 32][D].
-template <typename T, int D, int THREADS>
-__device__ void combine_head(const Params& p, int rh, int qi, float* s_w, float* s_red,
-                             float* s_acc) {
-  constexpr int WARPS = THREADS / 32;
-  constexpr int PER_LANE = D / 32;  // 2, 4 or 8 contiguous elements
-  const int g = p.g;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * g * 2;
-  const float* acc = p.part_acc + static_cast<int64_t>(rh) * p.splits * g * D;
-  const auto block_reduce = [&](float v, bool is_max) {
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-      const float o = __shfl_xor_sync(0xffffffffu, v, off);
-      v = is_max ? fmaxf(v, o) : v + o;
-    }
-    if (lane == 0) s_red[warp] = v;
-    __syncthreads();
-    float r = s_red[0];
-#pragma unroll
-    for (int w = 1; w < WARPS; ++w)
-      r = is_max ? fmaxf(r, s_red[w]) : r + s_red[w];
-    __syncthreads();  // s_red is free again
-    return r;
-  };
-  float m = -INFINITY;
-  for (int s = threadIdx.x; s < p.splits; s += THREADS)
-    m = fmaxf(m, __ldcg(ml + (s * g + qi) * 2));
-  m = block_reduce(m, true);
-  // A split that saw no key has max -inf and sum 0: weight 0 (and so does every split when the
-  // row saw nothing: m = -inf).
-  float l = 0.f;
-  for (int s = threadIdx.x; s < p.splits; s += THREADS) {
-    const float ls = __ldcg(ml + (s * g + qi) * 2 + 1);
-    const float w = m == -INFINITY || !(ls > 0.f) ? 0.f : expf(__ldcg(ml + (s * g + qi) * 2) - m);
-    s_w[s] = w;
-    l = fmaf(w, ls, l);
-  }
-  const float total = block_reduce(l, false);  // its barrier also publishes s_w
-  float a[PER_LANE];
-#pragma unroll
-  for (int e = 0; e < PER_LANE; ++e)
-    a[e] = 0.f;
-#pragma unroll 4
-  for (int s = warp; s < p.splits; s += WARPS) {
-    const float w = s_w[s];
-    const float* src = acc + (static_cast<int64_t>(s) * g + qi) * D + lane * PER_LANE;
-    float v[PER_LANE];
-#pragma unroll
-    for (int e = 0; e < PER_LANE; e += 2) {
-      const float2 x = __ldcg(reinterpret_cast<const float2*>(src + e));
-      v[e] = x.x;
-      v[e + 1] = x.y;
-    }
-#pragma unroll
-    for (int e = 0; e < PER_LANE; ++e)
-      a[e] = fmaf(w, v[e], a[e]);
-  }
-#pragma unroll
-  for (int e = 0; e < PER_LANE; ++e)
-    s_acc[warp * D + lane * PER_LANE + e] = a[e];
-  __syncthreads();
-  for (int d = threadIdx.x; d < D; d += THREADS) {
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w)
-      sum += s_acc[w * D + d];
-    static_cast<T*>(p.out)[(static_cast<int64_t>(rh) * g + qi) * D + d] =
-        from_f<T>(total > 0.f ? sum / total : 0.f);
-  }
-  __syncthreads();  // s_w, s_red and s_acc are free again
-}
 
 __device__ inline void load_vec(const float* p, float* o) {  // f32: four at a time
   load4(p, o);
@@ -403,37 +323,86 @@ __global__ void __launch_bounds__(kThreads) decode_partial_kernel(Params p) {
     ml[2 * threadIdx.x] = s_m[threadIdx.x];
     ml[2 * threadIdx.x + 1] = s_l[threadIdx.x];
   }
-  if (p.arrived == nullptr) return;  // the combine kernel follows
-  // The last block of the row and head to finish combines its splits (one launch and one gap
-  // between kernels less a layer; the next kernel, launched dependent, waits for this grid).
-  // Threadfence reduction: each block's partials are made visible before it counts itself.
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(p.arrived + rh, 1) == p.splits - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  float* s_w = reinterpret_cast<float*>(smem);  // the tiles are free
-  float* s_red_c = s_w + p.splits;
-  float* s_acc = s_red_c + kWarps;
-  for (int qi = 0; qi < g; ++qi)
-    combine_head<T, D, kThreads>(p, rh, qi, s_w, s_red_c, s_acc);
-  if (threadIdx.x == 0) p.arrived[rh] = 0;  // for the next launch over this memory
 }
 
-// One block per (row · KV head, query head of its group): combine_head (the peer of the last
-// partial block's combine, ENGRAM_DECODE_ATTENTION_COMBINE_KERNEL=1).
+// One block per (row · KV head, query head of its group): the splits' partial softmaxes rescaled
+// to the largest max. Every load is independent of the others, so they are all in flight at once
+// (the partials sit in L2): first each split's (max, sum) by one thread, then each warp a share
+// of the splits' weighted values, a lane D / 32 contiguous elements of d, summed across warps.
 constexpr int kCombineThreads = 256;
 constexpr int kCombineWarps = kCombineThreads / 32;
 template <typename T, int D>
 __global__ void __launch_bounds__(kCombineThreads) decode_combine_kernel(Params p) {
+  constexpr int PER_LANE = D / 32;  // 2, 4 or 8 contiguous elements
   __shared__ float s_red[kCombineWarps];
-  __shared__ float s_acc[kCombineWarps * D];
+  __shared__ float s_acc[kCombineWarps][D];
   extern __shared__ float s_w[];  // [splits]: each split's weight exp(m_s - m)
   allow_dependents();             // the next projection's weights may start streaming
   wait_for_previous();            // launched dependent on the partials (gpu/dependent_launch.cuh)
-  combine_head<T, D, kCombineThreads>(p, blockIdx.x / p.g, blockIdx.x % p.g, s_w, s_red, s_acc);
+  const int g = p.g, rh = blockIdx.x / g, qi = blockIdx.x % g;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* ml = p.part_ml + static_cast<int64_t>(rh) * p.splits * g * 2;
+  const float* acc = p.part_acc + static_cast<int64_t>(rh) * p.splits * g * D;
+  const auto block_reduce = [&](float v, bool is_max) {
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+      const float o = __shfl_xor_sync(0xffffffffu, v, off);
+      v = is_max ? fmaxf(v, o) : v + o;
+    }
+    if (lane == 0) s_red[warp] = v;
+    __syncthreads();
+    float r = s_red[0];
+#pragma unroll
+    for (int w = 1; w < kCombineWarps; ++w)
+      r = is_max ? fmaxf(r, s_red[w]) : r + s_red[w];
+    __syncthreads();  // s_red is free again
+    return r;
+  };
+  float m = -INFINITY;
+  for (int s = threadIdx.x; s < p.splits; s += kCombineThreads)
+    m = fmaxf(m, ml[(s * g + qi) * 2]);
+  m = block_reduce(m, true);
+  // A split that saw no key has max -inf and sum 0: weight 0 (and so does every split when the
+  // row saw nothing: m = -inf).
+  float l = 0.f;
+  for (int s = threadIdx.x; s < p.splits; s += kCombineThreads) {
+    const float ls = ml[(s * g + qi) * 2 + 1];
+    const float w = m == -INFINITY || !(ls > 0.f) ? 0.f : expf(ml[(s * g + qi) * 2] - m);
+    s_w[s] = w;
+    l = fmaf(w, ls, l);
+  }
+  const float total = block_reduce(l, false);  // its barrier also publishes s_w
+  float a[PER_LANE];
+#pragma unroll
+  for (int e = 0; e < PER_LANE; ++e)
+    a[e] = 0.f;
+#pragma unroll 4
+  for (int s = warp; s < p.splits; s += kCombineWarps) {
+    const float w = s_w[s];
+    const float* src = acc + (static_cast<int64_t>(s) * g + qi) * D + lane * PER_LANE;
+    float v[PER_LANE];
+#pragma unroll
+    for (int e = 0; e < PER_LANE; e += 2) {
+      const float2 x = *reinterpret_cast<const float2*>(src + e);
+      v[e] = x.x;
+      v[e + 1] = x.y;
+    }
+#pragma unroll
+    for (int e = 0; e < PER_LANE; ++e)
+      a[e] = fmaf(w, v[e], a[e]);
+  }
+#pragma unroll
+  for (int e = 0; e < PER_LANE; ++e)
+    s_acc[warp][lane * PER_LANE + e] = a[e];
+  __syncthreads();
+  for (int d = threadIdx.x; d < D; d += kCombineThreads) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w)
+      sum += s_acc[w][d];
+    static_cast<T*>(p.out)[(static_cast<int64_t>(rh) * g + qi) * D + d] =
+        from_f<T>(total > 0.f ? sum / total : 0.f);
+  }
 }
 
 // Blocks of the partial kernel one SM holds at once (registers and shared memory; the occupancy
@@ -476,22 +445,10 @@ void launch(Params p, int64_t rows, const at::TensorOptions& f32) {
   at::Tensor part_ml = at::empty({rh, p.splits, p.g, 2}, f32);
   p.part_acc = part_acc.data_ptr<float>();
   p.part_ml = part_ml.data_ptr<float>();
-  // The last partial block of each row and head combines, unless its shared memory (the tiles)
-  // cannot hold the splits' weights and the sums (ENGRAM_DECODE_ATTENTION_COMBINE_KERNEL=1: the
-  // combine kernel, the peer).
-  static const bool combine_kernel = env_flag("ENGRAM_DECODE_ATTENTION_COMBINE_KERNEL");
-  const bool fused =
-      !combine_kernel && (p.splits + kWarps + kWarps * D) * sizeof(float) <= 2 * kTileBytes;
-  at::Tensor arrived;
-  if (fused) {
-    arrived = at::zeros({rh}, f32.dtype(at::kInt));  // each partial launch's own counts
-    p.arrived = arrived.data_ptr<int>();
-  }
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
   decode_partial_kernel<T, D, G><<<dim3(p.splits, static_cast<unsigned>(rh)), kThreads,
                                    partial_smem_bytes<T, D, G>(), stream>>>(p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (fused) return;
   C10_CUDA_CHECK(launch_dependent(decode_combine_kernel<T, D>,
                                   dim3(static_cast<unsigned>(rh * p.g)), dim3(kCombineThreads),
                                   p.splits * sizeof(float), stream, p));
