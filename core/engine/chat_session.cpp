@@ -214,10 +214,8 @@ void ChatSession::episode_kv_ahead() {
 
 EpisodeKvPool& ChatSession::episode_kv() {
   if (!episode_kv_) {
-    if (episode_kv_ahead_.valid() && episode_kv_ahead_for_ != ws_->cache().capacity()) {
-      episode_kv_ahead_.wait();
-      episode_kv_ahead_ = {};  // sized for another working set
-    }
+    // One sized for another working set is dropped (its destruction waits for it).
+    if (episode_kv_ahead_for_ != ws_->cache().capacity()) episode_kv_ahead_ = {};
     episode_kv_ahead();  // none under way: made now
     // A failure to pin is thrown here, where it was thrown when the pool was made here.
     episode_kv_ = episode_kv_ahead_.get();
@@ -226,8 +224,7 @@ EpisodeKvPool& ChatSession::episode_kv() {
 }
 
 void ChatSession::set_episode_kv_options(EpisodeKvPoolOptions options) {
-  if (episode_kv_ahead_.valid()) episode_kv_ahead_.wait();
-  episode_kv_ahead_ = {};  // made with the options before
+  episode_kv_ahead_ = {};  // made with the options before (its destruction waits for it)
   episode_kv_options_ = std::move(options);
 }
 
