@@ -29,6 +29,7 @@
 #include "core/runtime/attention.h"
 #include "core/runtime/static_decode_step.h"
 #include "core/trace/trace_recorder.h"
+#include "gpu/argmax_rows.h"
 #include "gpu/budgeted_select.h"
 #include "gpu/cuda_graph.h"
 #include "gpu/decode_attention.h"
@@ -40,6 +41,7 @@
 #include "gpu/louiskv_scoring.h"
 #include "gpu/page_gather.h"
 #include "gpu/rms_norm.h"
+#include "gpu/rope_angles.h"
 #include "gpu/rope_apply.h"
 #include "gpu/rope_kv_write.h"
 #include "gpu/rope_rotate.h"
@@ -255,6 +257,77 @@ nlohmann::json check_prefill_elementwise(bool& ok) {
                        {"batch", batch},
                        {"tokens", s},
                        {"elements_differing", bad}});
+      }
+    }
+  }
+  return out;
+}
+
+// The recorded step's RoPE angles and greedy argmax against the torch expressions they replace,
+// both on CUDA: the angles are bit-equal (same f32 product, cosf / sinf, one rounding), the
+// argmax picks the same index (ties to the first, a NaN first), on rows that are 16-byte aligned
+// or not.
+nlohmann::json check_rope_angles_and_argmax(bool& ok) {
+  nlohmann::json out = nlohmann::json::array();
+  const auto on_cuda = at::TensorOptions().device(at::kCUDA);
+  for (auto dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (double theta : {10000.0, 500000.0}) {
+      const int64_t d = 128;
+      const at::Tensor inv =
+          (1.0 / at::pow(theta, at::arange(0, d, 2).to(at::kFloat) / d)).to(on_cuda);
+      at::manual_seed(static_cast<int64_t>(theta));
+      at::Tensor positions = at::randint(0, 131072, {3, 41}, at::kLong);
+      positions[0][0] = 0;
+      positions[0][1] = 131071;
+      positions = positions.to(on_cuda);
+      const auto [cos, sin] = gpu::rope_angles(positions, inv, dtype);
+      const auto [cos_ref, sin_ref] = gpu::rope_angles_reference(positions, inv, dtype);
+      const int64_t bad = elements_differing(cos, cos_ref) + elements_differing(sin, sin_ref) +
+                          (cos.sizes() != cos_ref.sizes());
+      ok = ok && bad == 0;
+      std::fprintf(stderr, "%s rope angles %s theta %.0f: %lld elements differ\n",
+                   bad == 0 ? "PASS" : "FAIL", c10::toString(dtype), theta,
+                   static_cast<long long>(bad));
+      out.push_back({{"kernel", "rope_angles"},
+                     {"dtype", c10::toString(dtype)},
+                     {"theta", theta},
+                     {"elements_differing", bad}});
+    }
+  }
+  for (int64_t rows : {1, 3, 8}) {
+    for (int64_t vocab : {7, 32000, 128256, 151937}) {
+      at::manual_seed(rows * vocab);
+      // One column more than the vocabulary, read from column 1 when `offset`: rows that are not
+      // 16-byte aligned.
+      for (int64_t offset : {0, 1}) {
+        at::Tensor storage = at::randn({rows, vocab + 1}, on_cuda.dtype(at::kFloat));
+        at::Tensor logits = storage.narrow(1, offset, vocab);
+        // Row 1: a tie at the maximum (the first must win); row 2: a NaN after the maximum; the
+        // last row of eight: every value -inf (index 0).
+        if (rows > 1) {
+          const float top = logits[1].max().item<float>() + 1.f;
+          logits[1][vocab - 1] = top;
+          logits[1][vocab / 2] = top;
+        }
+        if (rows > 2) {
+          logits[2][vocab / 3] = 1e30f;
+          logits[2][vocab - 1] = std::numeric_limits<float>::quiet_NaN();
+        }
+        if (rows > 3) logits[rows - 1].fill_(-std::numeric_limits<float>::infinity());
+        at::Tensor got = at::full({rows}, -1, on_cuda.dtype(at::kLong));
+        gpu::argmax_rows(logits, got);
+        const at::Tensor want = logits.argmax(1);
+        const int64_t bad = got.ne(want).sum().item<int64_t>();
+        ok = ok && bad == 0;
+        std::fprintf(stderr, "%s argmax rows %lld vocab %lld offset %lld: %lld rows differ\n",
+                     bad == 0 ? "PASS" : "FAIL", static_cast<long long>(rows),
+                     static_cast<long long>(vocab), static_cast<long long>(offset),
+                     static_cast<long long>(bad));
+        out.push_back({{"kernel", "argmax_rows"},
+                       {"rows", rows},
+                       {"vocab", vocab},
+                       {"offset", offset},
+                       {"rows_differing", bad}});
       }
     }
   }
@@ -2066,6 +2139,7 @@ int main(int argc, char** argv) {
   }
   if (only == "prefill_elementwise") {
     out["prefill_elementwise"] = check_prefill_elementwise(ok);
+    out["rope_angles_and_argmax"] = check_rope_angles_and_argmax(ok);
     return finish();
   }
   if (only == "decode_linear") {
@@ -2130,6 +2204,8 @@ int main(int argc, char** argv) {
           [&] { return check_unit_attention_mass(ok); });
   guarded("prefill_elementwise", "prefill elementwise",
           [&] { return check_prefill_elementwise(ok); });
+  guarded("rope_angles_and_argmax", "rope angles and argmax",
+          [&] { return check_rope_angles_and_argmax(ok); });
   guarded("attention_runs", "attention runs", [&] { return check_attention_runs(ok); });
   guarded("ragged_prefill", "ragged prefill", [&] { return check_ragged_prefill(ok); });
   guarded("slots_plan", "plan as slots", [&] { return check_slots_plan(ok); });

@@ -11,9 +11,11 @@
 #include "core/engine/loaded_model.h"
 #include "core/kv/cache_kv_source.h"
 #include "core/runtime/static_decode_step.h"
+#include "gpu/argmax_rows.h"
 #include "gpu/decode_linear.h"
 #include "gpu/device_timeline.h"
 #include "gpu/rms_norm.h"
+#include "gpu/rope_angles.h"
 #include "gpu/rope_kv_write.h"
 #include "gpu/silu_mul.h"
 #include "support/fixture_models.h"
@@ -266,6 +268,35 @@ class StaticDecodeTest : public QObject {
     QVERIFY(gpu::decode_linear_kernel_fits(xd, wd, {}, fd));
     QVERIFY(gpu::decode_linear(xd, wd, {}, fd).equal(separate(xd, fd)));
 #endif
+  }
+
+  // The step's greedy argmax and RoPE angles off CUDA: at::argmax's choice (the first of equal
+  // maxima, a NaN before any number) and the angles' torch expression; bad shapes are refused.
+  // (The CUDA kernels are checked against these on the device: engram-gpu-checks.)
+  void argmaxRowsAndRopeAnglesOnTheCpu() {
+    at::Tensor logits = at::zeros({3, 5});
+    logits[0][1] = 2.f;
+    logits[0][3] = 2.f;
+    logits[1][4] = std::numeric_limits<float>::quiet_NaN();
+    logits[1][0] = 9.f;
+    logits[2].fill_(-std::numeric_limits<float>::infinity());
+    at::Tensor ids = at::full({3}, -1, at::kLong);
+    gpu::argmax_rows(logits, ids);
+    QCOMPARE(ids[0].item<int64_t>(), int64_t{1});
+    QCOMPARE(ids[1].item<int64_t>(), int64_t{4});
+    QCOMPARE(ids[2].item<int64_t>(), int64_t{0});
+    at::Tensor wrong = at::zeros({2}, at::kLong);
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, gpu::argmax_rows(logits, wrong));
+
+    const at::Tensor positions = at::tensor({0L, 7L, 131071L}, at::kLong).view({1, 3});
+    const at::Tensor inv = 1.0 / at::pow(10000.0, at::arange(0, 8, 2).to(at::kFloat) / 8);
+    const auto [cos, sin] = gpu::rope_angles(positions, inv, at::kBFloat16);
+    QCOMPARE(cos.sizes(), (at::IntArrayRef{1, 1, 3, 8}));
+    const at::Tensor angle = at::tensor({7.f}) * inv;  // position 7's angles
+    QVERIFY(at::equal(sin[0][0][1], at::cat({angle.sin(), angle.sin()}).to(at::kBFloat16)));
+    QVERIFY(at::equal(cos[0][0][0], at::ones({8}, at::kBFloat16)));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                             gpu::rope_angles(positions.view({3}), inv, at::kFloat));
   }
 
   // The fused kernels against their CPU references over a grid of shapes (CUDA only).

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "gpu/rope_angles.h"
 #include "gpu/rope_apply.h"
 
 namespace engram {
@@ -36,10 +37,8 @@ Rope::Rope(const ModelConfig& config, at::Device device)
 
 std::pair<at::Tensor, at::Tensor> Rope::cos_sin(const at::Tensor& positions,
                                                 at::ScalarType dtype) const {
-  // freqs[b, s, i] = position · inv_freq[i], in f32 as in transformers.
-  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq_;  // [B, S, d/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1);              // [B, 1, S, d]
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  // freqs[b, s, i] = position · inv_freq[i], in f32 as in transformers; one kernel on CUDA.
+  return gpu::rope_angles(positions, inv_freq_, dtype);
 }
 
 at::Tensor Rope::apply(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

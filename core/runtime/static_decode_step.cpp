@@ -7,6 +7,7 @@
 
 #include "core/kv/retrieval_kv_source.h"
 #include "core/runtime/decoder_layer.h"
+#include "gpu/argmax_rows.h"
 #include "gpu/decode_attention.h"
 #include "gpu/rope_kv_write.h"
 
@@ -226,7 +227,7 @@ void StaticDecodeStep::run() {
     });
   }
   logits_.copy_(decoder_logits(c, weights, h).view({rows, -1}));
-  next_id_.copy_(logits_.argmax(1));
+  gpu::argmax_rows(logits_, next_id_);
 }
 
 }  // namespace engram
