@@ -1,7 +1,8 @@
-// The greedy token of each row of f32 logits, one block a row on CUDA: the first index of the
+// The greedy token of each row of f32 logits, in two passes on CUDA: the first index of the
 // largest value, a NaN counted larger than any number (the first NaN wins), as at::argmax(1)
 // chooses. at::argmax's reduction of one 128K-vocabulary row took 28 µs at the end of every
-// recorded decode step on the H200 (one block walking the row; 2026-11-28), this one a few.
+// recorded decode step on the H200 (one block walking the row; 2026-11-28): here blocks of 2,048
+// elements each pick theirs, then one block a row picks among them.
 //
 // logits: [rows, vocab] f32, contiguous rows. out: [rows] int64 on the same device (written in
 // place, so that a recorded step keeps its address).

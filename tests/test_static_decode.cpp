@@ -134,6 +134,32 @@ class StaticDecodeTest : public QObject {
     QCOMPARE(step.recordings(), int64_t{3});
   }
 
+  // A greedy vocabulary below the model's (a tokenizer smaller than the embedding): the step's
+  // argmax chooses among those ids only, as the sampler's vocab limit does; changing it records
+  // the step again, and the limit past the vocabulary means all of it.
+  void greedyVocabLimitsTheRecordedArgmax() {
+    const Decoder& d = decoder("llama-gqa");
+    gpu::DeviceTimeline timeline(at::kCPU);
+    KvCache cache(shape_of(d.config()), 1, 40, at::kFloat, at::kCPU);
+    prefill(d, cache, prompt_ids(9, 3), 0, timeline, nullptr);
+    StaticDecodeStep step(d, cache);
+    QCOMPARE(step.greedy_vocab(), d.config().vocab_size);
+    const int64_t vocab = d.config().vocab_size;
+    int64_t token = 11;
+    bool limited_differs = false;
+    for (int64_t limit : {vocab, vocab / 3, int64_t{17}, vocab + 5}) {
+      step.set_greedy_vocab(limit);
+      const at::Tensor logits = step.step(token, cache.lengths()[0]);
+      const int64_t want = logits.narrow(0, 0, std::min(limit, vocab)).argmax().item<int64_t>();
+      QCOMPARE(step.greedy_token(), want);
+      limited_differs = limited_differs || want != logits.argmax().item<int64_t>();
+      token = want;
+    }
+    QCOMPARE(step.greedy_vocab(), vocab);
+    QCOMPARE(step.recordings(), int64_t{4});
+    QVERIFY2(limited_differs, "some limit must exclude the unlimited argmax (the test's point)");
+  }
+
   // Positions ahead of the slots (a cache whose keys were moved, e.g. by re-rotation) are
   // masked by position, not by slot, in both paths.
   void staticStepMasksByPosition() {

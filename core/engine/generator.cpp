@@ -300,9 +300,10 @@ GenerationResult generate(const Decoder& decoder, MemoryPolicy& policy, KvWorkin
   } detach{static_step};
   bool recorded_retrieval = false;
   const SamplingOptions& sampling = sampler.options();
-  // The recorded step's argmax spans every row of the logits; a vocab limit needs the sampler.
-  const bool greedy = sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0 &&
-                      (sampling.vocab_limit <= 0 || sampling.vocab_limit >= config.vocab_size);
+  // The recorded step's argmax chooses among the sampler's vocabulary (a tokenizer smaller than
+  // the embedding limits it): one kernel inside the step, no argmax launched after it.
+  const bool greedy = sampling.temperature == 0.0 && sampling.repetition_penalty == 1.0;
+  if (static_step && greedy) static_step->set_greedy_vocab(sampling.vocab_limit);
   bool next_is_argmax = false;  // the static step already holds the greedy choice
   Clock::time_point decode_start;
   result.stop_reason = "length";

@@ -21,8 +21,14 @@ int64_t recorded_capacity(int64_t slots) {
 StaticDecodeStep::StaticDecodeStep(const Decoder& decoder, KvCache& cache)
     : decoder_(decoder),
       cache_(&cache),
-      recorded_{Recording(decoder.device()), Recording(decoder.device())} {
+      recorded_{Recording(decoder.device()), Recording(decoder.device())},
+      greedy_vocab_(decoder.config().vocab_size) {
   bind(cache);
+}
+
+void StaticDecodeStep::set_greedy_vocab(int64_t limit) {
+  const int64_t vocab = decoder_.config().vocab_size;
+  greedy_vocab_ = limit > 0 && limit < vocab ? limit : vocab;
 }
 
 void StaticDecodeStep::bind(KvCache& cache) {
@@ -107,7 +113,8 @@ const at::Tensor& StaticDecodeStep::step_rows(const std::vector<int64_t>& tokens
   bool ran = false;
   if (cache.capacity() != r.capacity || full_keys.data_ptr() != r.storage ||
       cache.storage_version() != r.storage_version || valid_storage != r.valid ||
-      retrieval_ != r.retrieval || retrieval_version != r.retrieval_version) {
+      retrieval_ != r.retrieval || retrieval_version != r.retrieval_version ||
+      greedy_vocab_ != r.greedy_vocab) {
     ran = record(r);
   }
   // The recorded work is not idempotent with a retrieval source (a policy's previous queries), so
@@ -162,6 +169,7 @@ bool StaticDecodeStep::record(Recording& r) {
   r.addresses = addresses(cache);
   r.retrieval = retrieval_;
   r.retrieval_version = retrieval_ ? retrieval_->recording_version() : -1;
+  r.greedy_vocab = greedy_vocab_;
   ++recordings_;
   return r.graph.is_cuda();
 }
@@ -227,7 +235,7 @@ void StaticDecodeStep::run() {
     });
   }
   logits_.copy_(decoder_logits(c, weights, h).view({rows, -1}));
-  gpu::argmax_rows(logits_, next_id_);
+  gpu::argmax_rows(logits_.narrow(1, 0, greedy_vocab_), next_id_);
 }
 
 }  // namespace engram

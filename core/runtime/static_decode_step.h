@@ -75,10 +75,16 @@ class StaticDecodeStep {
                               const std::vector<int64_t>& positions,
                               const std::vector<bool>& advance);
 
-  // The argmax of the last step's logits, row 0 / every row (ids cross to the host: a sync).
+  // The argmax of the last step's logits, row 0 / every row (ids cross to the host: a sync),
+  // over the first greedy_vocab() ids of each row.
   int64_t greedy_token() const;
   std::vector<int64_t> greedy_tokens() const;
   const at::Tensor& logits() const { return logits_; }
+  // The ids the recorded argmax chooses among: the first `limit` (a tokenizer smaller than the
+  // model's embedding: its sampler's vocab limit), or all of them (limit <= 0 or past the
+  // vocabulary). A change records the step again at the next step.
+  void set_greedy_vocab(int64_t limit);
+  int64_t greedy_vocab() const { return greedy_vocab_; }
   // How many times the step has been recorded (1 + the number of capacity changes seen).
   int64_t recordings() const { return recordings_; }
 
@@ -98,6 +104,7 @@ class StaticDecodeStep {
     std::vector<const void*> addresses;
     const RetrievalKvSource* retrieval = nullptr;
     int64_t retrieval_version = -1;
+    int64_t greedy_vocab = -1;
   };
   // Records the step into `r`; returns whether that already ran it (the capture's warm-up on
   // CUDA).
@@ -117,6 +124,7 @@ class StaticDecodeStep {
   at::Tensor key_positions_;           // [rows, capacity] int64
   std::vector<at::Tensor> key_valid_;  // per layer [rows, kv_heads, capacity] bool, or undefined
   int64_t recorded_rows_ = -1;
+  int64_t greedy_vocab_ = 0;  // set in the constructor: the model's vocabulary
   std::vector<const void*> addresses(const KvCache& cache) const;
   int64_t recordings_ = 0;
   RetrievalKvSource* retrieval_ = nullptr;
