@@ -41,6 +41,7 @@
 #include "gpu/louiskv_scoring.h"
 #include "gpu/page_gather.h"
 #include "gpu/rms_norm.h"
+#include "gpu/rms_norm_exact.h"
 #include "gpu/rope_angles.h"
 #include "gpu/rope_apply.h"
 #include "gpu/rope_kv_write.h"
@@ -252,7 +253,23 @@ nlohmann::json check_prefill_elementwise(bool& ok) {
           bad += elements_differing(gpu::silu_mul(gate_up, inter),
                                     gpu::silu_mul_reference(gate_up, inter));
         }
+        // The prefill's RMSNorm in torch's reduction order (three launches) against the ops.
+        for (int64_t n : {128, 896, 3072, 4096}) {
+          for (double scale : {1.0, 40.0}) {
+            const at::Tensor x = (scale * at::randn({batch, s, n})).to(opts);
+            const at::Tensor w = (1 + 0.1 * at::randn({n})).to(opts);
+            for (double eps : {1e-5, 1e-6})
+              bad += elements_differing(gpu::rms_norm_exact(x, w, eps),
+                                        gpu::rms_norm_reference(x, w, eps));
+          }
+        }
         ok = ok && bad == 0;
+        std::fprintf(stderr,
+                     "%s prefill elementwise (rope, silu, rms norm) %s batch %lld tokens %lld: "
+                     "%lld differ\n",
+                     bad == 0 ? "PASS" : "FAIL", c10::toString(dtype),
+                     static_cast<long long>(batch), static_cast<long long>(s),
+                     static_cast<long long>(bad));
         out.push_back({{"dtype", c10::toString(dtype)},
                        {"batch", batch},
                        {"tokens", s},

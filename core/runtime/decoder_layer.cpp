@@ -2,6 +2,7 @@
 
 #include "gpu/decode_linear.h"
 #include "gpu/rms_norm.h"
+#include "gpu/rms_norm_exact.h"
 #include "gpu/silu_mul.h"
 
 namespace engram {
@@ -28,9 +29,10 @@ at::Tensor decoder_rms_norm(const ModelConfig& config, const at::Tensor& x,
   // kernel, where launches dominate. Prefill keeps torch's ops: the kernel's f32 reduction order
   // differs in the last bit, which moved bf16 prefill logits off transformers' by up to 0.047 on
   // qwen2.5-0.5b-random (H100, 2026-11-25); with the ops they are bit-equal.
+  // With the ops they are bit-equal; gpu::rms_norm_exact is those ops' bits in three launches.
   if (fused || (x.dim() >= 2 && x.size(-2) == 1))
     return gpu::rms_norm(x, weight, config.rms_norm_eps);
-  return gpu::rms_norm_reference(x, weight, config.rms_norm_eps);
+  return gpu::rms_norm_exact(x, weight, config.rms_norm_eps);
 }
 
 LayerQkv project_qkv(const ModelConfig& c, const LayerWeights& w, const at::Tensor& h,
