@@ -8,7 +8,6 @@
 
 #include "gpu/decode_linear.h"
 #include "gpu/dependent_launch.cuh"
-#include "gpu/env_flag.h"
 #include "gpu/float_convert.cuh"
 #include "gpu/rms_norm_row.cuh"
 #include "gpu/silu_times.cuh"
@@ -110,7 +109,7 @@ __device__ inline void dot_rows(const uint4* wrow, const T* x, int rows, int64_t
 // feature and stores silu(gate)·up; a residual is added last, each step rounded where the separate
 // ops round.
 template <typename T, int R, bool kNorm>
-__device__ __forceinline__ void decode_linear_body(const Args<T>& a) {
+__global__ void __launch_bounds__(kThreads) decode_linear_kernel(Args<T> a) {
   extern __shared__ uint4 normed_x[];
   const int lane = threadIdx.x % 32;
   // Launched dependent (gpu/dependent_launch.cuh): the start of the warp's first weight row is
@@ -159,17 +158,6 @@ __device__ __forceinline__ void decode_linear_body(const Args<T>& a) {
   }
 }
 
-template <typename T, int R, bool kNorm>
-__global__ void __launch_bounds__(kThreads) decode_linear_kernel(Args<T> a) {
-  decode_linear_body<T, R, kNorm>(a);
-}
-
-// The same with registers capped so that eight blocks fit an SM (see launch()).
-template <typename T, int R, bool kNorm>
-__global__ void __launch_bounds__(kThreads, 8) decode_linear_capped_kernel(Args<T> a) {
-  decode_linear_body<T, R, kNorm>(a);
-}
-
 template <typename T, int R>
 void launch(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
             const DecodeLinearFusion& f, at::Tensor& y) {
@@ -191,29 +179,13 @@ void launch(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
   const int64_t sms = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;
   const int64_t blocks = std::min<int64_t>((a.outputs + kWarps - 1) / kWarps, sms * 16);
   const auto stream = at::cuda::getCurrentCUDAStream();
-  const size_t shared = f.norm_weight.defined() ? static_cast<size_t>(a.rows * a.k) * sizeof(T) : 0;
-  const auto go = [&](auto kernel) {
-    C10_CUDA_CHECK(launch_dependent(kernel, dim3(blocks), dim3(kThreads), shared, stream, a));
-  };
-  // One row: registers capped for eight blocks an SM (32 a thread, a few bytes spilled), so that
-  // a GLU projection of the 3B shape (1,024 blocks) runs in one wave of 1,056 blocks; at its 40
-  // registers six fit (792), and the 232 blocks of the second wave ran on 39 SMs while the others
-  // idled. ENGRAM_DECODE_LINEAR_40_REGISTERS=1: the uncapped peer.
-  static const bool uncapped = env_flag("ENGRAM_DECODE_LINEAR_40_REGISTERS");
-  if constexpr (R == 1) {
-    if (!uncapped) {
-      if (f.norm_weight.defined()) {
-        go(decode_linear_capped_kernel<T, R, true>);
-      } else {
-        go(decode_linear_capped_kernel<T, R, false>);
-      }
-      return;
-    }
-  }
   if (f.norm_weight.defined()) {
-    go(decode_linear_kernel<T, R, true>);
+    const size_t shared = static_cast<size_t>(a.rows * a.k) * sizeof(T);
+    C10_CUDA_CHECK(launch_dependent(decode_linear_kernel<T, R, true>, dim3(blocks), dim3(kThreads),
+                                    shared, stream, a));
   } else {
-    go(decode_linear_kernel<T, R, false>);
+    C10_CUDA_CHECK(launch_dependent(decode_linear_kernel<T, R, false>, dim3(blocks), dim3(kThreads),
+                                    0, stream, a));
   }
 }
 
