@@ -28,8 +28,8 @@ at::Tensor decoder_rms_norm(const ModelConfig& config, const at::Tensor& x,
   // Decode (one row per sequence: the graph step and per-layer decode alike) takes the fused
   // kernel, where launches dominate. Prefill keeps torch's ops: the kernel's f32 reduction order
   // differs in the last bit, which moved bf16 prefill logits off transformers' by up to 0.047 on
-  // qwen2.5-0.5b-random (H100, 2026-11-25); with the ops they are bit-equal.
-  // With the ops they are bit-equal; gpu::rms_norm_exact is those ops' bits in three launches.
+  // qwen2.5-0.5b-random (H100, 2026-11-25); with the ops they are bit-equal, and
+  // gpu::rms_norm_exact gives the ops' bits in three launches instead of eight.
   if (fused || (x.dim() >= 2 && x.size(-2) == 1))
     return gpu::rms_norm(x, weight, config.rms_norm_eps);
   return gpu::rms_norm_exact(x, weight, config.rms_norm_eps);
